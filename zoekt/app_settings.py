@@ -1,0 +1,164 @@
+"""The one accessor for GitLab's Zoekt application settings.
+
+The values live in one database row (``ApplicationSetting``, editable in the
+admin). ``current()`` returns them parsed into a frozen ``ZoektSettings``,
+cached in Redis for ``ZOEKT_SETTINGS_CACHE_SECONDS`` and dropped from the
+cache whenever the row is saved. Parsing follows GitLab (reference 8):
+durations are ``<n>m|h|d``; sizes ``<n>B|KB|MB|GB`` in binary units; a value
+that does not parse falls back to its default; a blank value, or ``0`` where
+that means "off", disables the setting (``None``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from django.conf import settings as django_settings
+from django.core.cache import cache
+from django.core.exceptions import ValidationError
+from django.db.models.signals import post_delete, post_save
+from django.dispatch import receiver
+
+CACHE_KEY = "zoekt:application-settings:v1"
+
+_DURATION = re.compile(r"^([1-9]\d*)([mhd])$")
+_SIZE = re.compile(r"^(\d+)(B|KB|MB|GB)$", re.IGNORECASE)
+_DURATION_UNITS = {"m": 60, "h": 3600, "d": 86400}
+_SIZE_UNITS = {"B": 1, "KB": 1024, "MB": 1024**2, "GB": 1024**3}
+
+
+def parse_duration(value: str | None, *, default: str, zero_disables: bool) -> int | None:
+    """Seconds, or None when blank (or ``0`` where zero disables)."""
+    text = (value or "").strip()
+    if not text:
+        return None
+    if zero_disables and text == "0":
+        return None
+    match = _DURATION.match(text)
+    if not match:
+        if text == default:
+            raise ValueError(f"default duration {default!r} does not parse")
+        return parse_duration(default, default=default, zero_disables=zero_disables)
+    return int(match.group(1)) * _DURATION_UNITS[match.group(2)]
+
+
+def parse_size(value: str | None, *, default: str) -> int | None:
+    """Bytes (binary multipliers), or None when blank."""
+    text = (value or "").strip()
+    if not text:
+        return None
+    match = _SIZE.match(text)
+    if not match:
+        return parse_size(default, default=default) if text != default else None
+    return int(match.group(1)) * _SIZE_UNITS[match.group(2).upper()]
+
+
+@dataclasses.dataclass(frozen=True)
+class ZoektSettings:
+    """Parsed settings; field names are GitLab's keys without the ``zoekt_`` prefix."""
+
+    indexing_enabled: bool = False
+    search_enabled: bool = False
+    indexing_paused: bool = False
+    auto_index_root_namespace: bool = False
+    cache_response: bool = True
+    cpu_to_tasks_ratio: float = 1.0
+    force_reindexing_percentage: float = 0.25
+    indexing_parallelism: int = 1
+    rollout_batch_size: int = 32
+    lost_node_threshold_seconds: int | None = 12 * 3600
+    indexing_timeout_seconds: int | None = 30 * 60
+    maximum_files: int = 500_000
+    indexed_file_size_limit_bytes: int | None = 1024**2
+    trigram_max: int = 20_000
+    rollout_retry_interval_seconds: int | None = 86400
+    default_number_of_replicas: int = 1
+
+    @property
+    def indexing_timeout(self) -> str:
+        """The wire form of the timeout: seconds with an ``s`` suffix."""
+        return f"{self.indexing_timeout_seconds or 0}s"
+
+
+DEFAULTS = ZoektSettings()
+
+
+def from_row(row) -> ZoektSettings:
+    return ZoektSettings(
+        indexing_enabled=row.zoekt_indexing_enabled,
+        search_enabled=row.zoekt_search_enabled,
+        indexing_paused=row.zoekt_indexing_paused,
+        auto_index_root_namespace=row.zoekt_auto_index_root_namespace,
+        cache_response=row.zoekt_cache_response,
+        cpu_to_tasks_ratio=row.zoekt_cpu_to_tasks_ratio,
+        force_reindexing_percentage=row.zoekt_force_reindexing_percentage,
+        indexing_parallelism=row.zoekt_indexing_parallelism,
+        rollout_batch_size=row.zoekt_rollout_batch_size,
+        lost_node_threshold_seconds=parse_duration(
+            row.zoekt_lost_node_threshold, default="12h", zero_disables=True
+        ),
+        indexing_timeout_seconds=parse_duration(
+            row.zoekt_indexing_timeout, default="30m", zero_disables=False
+        ),
+        maximum_files=row.zoekt_maximum_files,
+        indexed_file_size_limit_bytes=parse_size(row.zoekt_indexed_file_size_limit, default="1MB"),
+        trigram_max=row.zoekt_trigram_max,
+        rollout_retry_interval_seconds=parse_duration(
+            row.zoekt_rollout_retry_interval, default="1d", zero_disables=True
+        ),
+        default_number_of_replicas=row.zoekt_default_number_of_replicas,
+    )
+
+
+def load_row():
+    """The settings row, created with GitLab's defaults the first time it is read."""
+    from zoekt.models import ApplicationSetting
+
+    row, _ = ApplicationSetting.objects.get_or_create(id=1)
+    return row
+
+
+def current() -> ZoektSettings:
+    """The settings in force, from Redis when fresh, else from the row."""
+    cached = cache.get(CACHE_KEY)
+    if isinstance(cached, dict):
+        try:
+            return ZoektSettings(**cached)
+        except TypeError:
+            pass  # written by another version of this class: reload
+    value = from_row(load_row())
+    cache.set(CACHE_KEY, dataclasses.asdict(value), django_settings.ZOEKT_SETTINGS_CACHE_SECONDS)
+    return value
+
+
+def invalidate() -> None:
+    cache.delete(CACHE_KEY)
+
+
+def validate_setting_values(row) -> None:
+    """Field errors for text settings that would not parse (the admin shows them)."""
+    errors: dict[str, str] = {}
+    for field, zero_ok in (
+        ("zoekt_lost_node_threshold", True),
+        ("zoekt_rollout_retry_interval", True),
+        ("zoekt_indexing_timeout", False),
+    ):
+        text = (getattr(row, field) or "").strip()
+        if zero_ok and text in {"", "0"}:
+            continue
+        if not _DURATION.match(text):
+            hint = "0 or " if zero_ok else ""
+            errors[field] = f"must be {hint}a positive whole number followed by m, h or d (e.g. 12h)"
+    if not _SIZE.match((row.zoekt_indexed_file_size_limit or "").strip()):
+        errors["zoekt_indexed_file_size_limit"] = (
+            "must be a whole number followed by B, KB, MB or GB (e.g. 1MB)"
+        )
+    if errors:
+        raise ValidationError(errors)
+
+
+@receiver(post_save, sender="zoekt.ApplicationSetting")
+@receiver(post_delete, sender="zoekt.ApplicationSetting")
+def _drop_cached_settings(**_kwargs) -> None:
+    invalidate()

@@ -1,0 +1,34 @@
+"""The Celery application: Redis broker, django-celery-beat's database scheduler.
+
+Beat entries are declared here, in code. ``DatabaseScheduler`` copies them
+into django-celery-beat's tables on start, where an operator can pause or
+retime them in the admin. Exactly one beat process runs per deployment.
+"""
+
+from __future__ import annotations
+
+import os
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "zoekt.settings")
+
+app = Celery("zoekt")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks(["zoekt"])
+
+# Every entry expires after its own interval, so a backlog of missed ticks
+# never runs the same job several times in a row.
+BEAT_SCHEDULE = {
+    "update-replica-states": {
+        "task": "zoekt.update_replica_states",
+        "schedule": 60.0,
+        "options": {"expires": 60},
+    },
+    "refresh-buffer-factor": {
+        "task": "zoekt.refresh_buffer_factor",
+        "schedule": 3600.0,
+        "options": {"expires": 3600},
+    },
+}
+app.conf.beat_schedule = BEAT_SCHEDULE

@@ -1,0 +1,715 @@
+"""GitLab's Zoekt tables and the slice of GitLab's core model that planning reads.
+
+Table names, column names, types, defaults, enum values, unique constraints
+and ON DELETE behaviour mirror GitLab (reference section 1). Where GitLab has
+a database default the field carries ``db_default`` so the schema says the
+same as GitLab's; where GitLab's model default differs from its database
+default (``retries_left``) both are kept. Django does not emit ON DELETE
+clauses itself, so migration 0002 sets them on the foreign keys.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.contrib.postgres.fields import ArrayField
+from django.db import models
+from django.db.models import Q
+from django.db.models.functions import Length, Now
+from django.db.models.lookups import GreaterThan, LessThanOrEqual
+
+from zoekt import capacity, clock
+from zoekt.clock import EPOCH
+from zoekt.metadata_schema import (
+    validate_enabled_namespace_metadata,
+    validate_index_metadata,
+    validate_node_metadata,
+)
+from zoekt.querysets import (
+    EnabledNamespaceQuerySet,
+    IndexQuerySet,
+    NamespaceQuerySet,
+    NodeQuerySet,
+    ReplicaQuerySet,
+    RepositoryQuerySet,
+    TaskQuerySet,
+)
+
+
+def _json_object_default() -> dict:
+    return {}
+
+
+def _services_default() -> list[int]:
+    return [Node.Service.ZOEKT]
+
+
+# ----------------------------------------------------------------------------
+# GitLab's core model: the slice that planning reads
+# ----------------------------------------------------------------------------
+
+
+class Namespace(models.Model):
+    """A GitLab namespace: a group, a user namespace, or a project's own namespace."""
+
+    class Type(models.TextChoices):
+        GROUP = "Group"
+        PROJECT = "Project"
+        USER = "User"
+
+    id = models.BigAutoField(primary_key=True)
+    name = models.CharField(max_length=255)
+    path = models.CharField(max_length=255)
+    type = models.CharField(max_length=255, choices=Type.choices, db_default=Type.GROUP,
+                            default=Type.GROUP)
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.CASCADE,
+                               related_name="children")
+    # Ancestor ids from the root down to this namespace itself, as in GitLab.
+    traversal_ids = ArrayField(models.BigIntegerField(), db_default=[], default=list, blank=True)
+    visibility_level = models.IntegerField(db_default=20, default=20)
+    archived = models.BooleanField(db_default=False, default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = NamespaceQuerySet.as_manager()
+
+    class Meta:
+        db_table = "namespaces"
+        indexes = [
+            models.Index(fields=["type", "id"], name="namespaces_type_id"),
+            models.Index(fields=["traversal_ids"], name="namespaces_traversal_ids"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.path} ({self.type} {self.id})"
+
+    @property
+    def is_root(self) -> bool:
+        return self.parent_id is None
+
+    @property
+    def root_id(self) -> int:
+        return self.traversal_ids[0] if self.traversal_ids else self.id
+
+
+class Project(models.Model):
+    """A GitLab project; ``project_namespace`` is its companion row in ``namespaces``."""
+
+    id = models.BigAutoField(primary_key=True)
+    name = models.CharField(max_length=255)
+    path = models.CharField(max_length=255)
+    namespace = models.ForeignKey(Namespace, on_delete=models.CASCADE, related_name="projects")
+    project_namespace = models.OneToOneField(
+        Namespace, null=True, blank=True, on_delete=models.CASCADE, related_name="project"
+    )
+    visibility_level = models.IntegerField(db_default=0, default=0)
+    archived = models.BooleanField(db_default=False, default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        db_table = "projects"
+
+    def __str__(self) -> str:
+        return f"{self.path} (project {self.id})"
+
+
+class ProjectStatistics(models.Model):
+    """Per-project sizes; the planner reads ``repository_size`` (the Gitaly repository size)."""
+
+    id = models.BigAutoField(primary_key=True)
+    project = models.OneToOneField(Project, on_delete=models.CASCADE, related_name="statistics")
+    namespace_id = models.BigIntegerField()
+    repository_size = models.BigIntegerField(db_default=0, default=0)
+    storage_size = models.BigIntegerField(db_default=0, default=0)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        db_table = "project_statistics"
+        verbose_name_plural = "project statistics"
+        indexes = [models.Index(fields=["namespace_id"], name="project_stats_namespace_id")]
+
+    def __str__(self) -> str:
+        return f"statistics of project {self.project_id}"
+
+
+class NamespaceRootStorageStatistics(models.Model):
+    """Storage totals of a root namespace, summed over its projects."""
+
+    namespace = models.OneToOneField(
+        Namespace, primary_key=True, on_delete=models.CASCADE, related_name="root_storage_statistics"
+    )
+    repository_size = models.BigIntegerField(db_default=0, default=0)
+    storage_size = models.BigIntegerField(db_default=0, default=0)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        db_table = "namespace_root_storage_statistics"
+        verbose_name_plural = "namespace root storage statistics"
+
+    def __str__(self) -> str:
+        return f"root storage statistics of namespace {self.namespace_id}"
+
+
+# ----------------------------------------------------------------------------
+# GitLab's six Zoekt tables
+# ----------------------------------------------------------------------------
+
+
+class Node(models.Model):
+    """One Zoekt indexer + webserver pair, identified by its UUID (``zoekt_nodes``)."""
+
+    class Service(models.IntegerChoices):
+        ZOEKT = 0, "zoekt"
+
+    id = models.BigAutoField(primary_key=True)
+    uuid = models.UUIDField(unique=True)
+    used_bytes = models.BigIntegerField(db_default=0, default=0)
+    total_bytes = models.BigIntegerField(db_default=0, default=0)
+    indexed_bytes = models.BigIntegerField(db_default=0, default=0)
+    usable_storage_bytes = models.BigIntegerField(db_default=0, default=0)
+    usable_storage_bytes_locked_until = models.DateTimeField(null=True, blank=True)
+    last_seen_at = models.DateTimeField(db_default=EPOCH, default=EPOCH, db_index=True)
+    index_base_url = models.TextField()
+    search_base_url = models.TextField()
+    metadata = models.JSONField(db_default={}, default=_json_object_default, blank=True,
+                                validators=[validate_node_metadata])
+    schema_version = models.SmallIntegerField(db_default=0, default=0)
+    services = ArrayField(models.SmallIntegerField(choices=Service.choices),
+                          db_default=[0], default=_services_default)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = NodeQuerySet.as_manager()
+
+    class Meta:
+        db_table = "zoekt_nodes"
+        constraints = [
+            models.CheckConstraint(condition=LessThanOrEqual(Length("index_base_url"), 1024),
+                                   name="check_zoekt_nodes_index_base_url_length"),
+            models.CheckConstraint(condition=LessThanOrEqual(Length("search_base_url"), 1024),
+                                   name="check_zoekt_nodes_search_base_url_length"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.uuid})"
+
+    # --- identity and reported values ---------------------------------------------
+    @property
+    def name(self) -> str:
+        return str(self.metadata.get("name") or f"node-{self.id}")
+
+    @property
+    def version(self) -> str | None:
+        return self.metadata.get("version")
+
+    @property
+    def process_health(self) -> dict:
+        return self.metadata.get("process_health") or {}
+
+    # --- disk -------------------------------------------------------------------------------
+    @property
+    def free_bytes(self) -> int:
+        return self.total_bytes - self.used_bytes
+
+    @property
+    def storage_percent_used(self) -> float:
+        return capacity.storage_percent_used(self.used_bytes, self.total_bytes)
+
+    @property
+    def watermark(self) -> capacity.NodeWatermark:
+        return capacity.node_watermark(self.storage_percent_used, _development_watermarks())
+
+    def _limit_reached(self, which: int) -> bool:
+        return self.storage_percent_used >= capacity.watermark_limits(_development_watermarks())[which]
+
+    def low_watermark_exceeded(self) -> bool:
+        return self._limit_reached(0)
+
+    def high_watermark_exceeded(self) -> bool:
+        return self._limit_reached(1)
+
+    def critical_watermark_exceeded(self) -> bool:
+        return self._limit_reached(2)
+
+    @property
+    def reserved_storage_bytes(self) -> int:
+        """Sum of every index's reservation on this node, in every state."""
+        annotated = getattr(self, "annotated_reserved_storage_bytes", None)
+        if annotated is not None:
+            return annotated
+        return self.indices.aggregate(total=models.Sum("reserved_storage_bytes"))["total"] or 0
+
+    @property
+    def unclaimed_storage_bytes(self) -> int:
+        """Usable minus reserved; negative when the node is over-committed."""
+        annotated = getattr(self, "annotated_unclaimed_storage_bytes", None)
+        if annotated is not None:
+            return annotated
+        return self.usable_storage_bytes - self.reserved_storage_bytes
+
+    def recompute_usable_storage_bytes(self, now: datetime | None = None) -> bool:
+        """Refresh ``usable_storage_bytes`` unless locked; True when it was recomputed."""
+        now = now or clock.now()
+        locked_until = self.usable_storage_bytes_locked_until
+        if locked_until is not None and locked_until > now:
+            return False
+        self.usable_storage_bytes = capacity.usable_storage_bytes(
+            self.total_bytes, self.used_bytes, self.indexed_bytes
+        )
+        self.usable_storage_bytes_locked_until = None
+        return True
+
+    def save(self, *args, **kwargs) -> None:
+        self.recompute_usable_storage_bytes()
+        update_fields = kwargs.get("update_fields")
+        if update_fields is not None:
+            kwargs["update_fields"] = {
+                *update_fields, "usable_storage_bytes", "usable_storage_bytes_locked_until"
+            }
+        super().save(*args, **kwargs)
+
+    # --- liveness -------------------------------------------------------------------------
+    def is_online(self, now: datetime | None = None) -> bool:
+        now = now or clock.now()
+        return (now - self.last_seen_at).total_seconds() < capacity.ONLINE_DURATION_THRESHOLD_SECONDS
+
+    def is_lost(self, threshold_seconds: int | None, now: datetime | None = None) -> bool:
+        """Not seen for the lost-node threshold (``<=`` as GitLab's method; None disables)."""
+        if not threshold_seconds:
+            return False
+        now = now or clock.now()
+        return (now - self.last_seen_at).total_seconds() >= threshold_seconds
+
+    # --- tasks ---------------------------------------------------------------------------------
+    def concurrency_limit(self, cpu_to_tasks_ratio: float) -> int:
+        return capacity.concurrency_limit(
+            self.metadata.get("concurrency"), self.metadata.get("concurrency_override"),
+            cpu_to_tasks_ratio,
+        )
+
+
+def _development_watermarks() -> bool:
+    from django.conf import settings
+
+    return bool(getattr(settings, "ZOEKT_DEVELOPMENT_WATERMARKS", False))
+
+
+class EnabledNamespace(models.Model):
+    """A root namespace enabled for Zoekt (``zoekt_enabled_namespaces``)."""
+
+    id = models.BigAutoField(primary_key=True)
+    root_namespace = models.OneToOneField(
+        Namespace, on_delete=models.CASCADE, related_name="zoekt_enabled_namespace"
+    )
+    search = models.BooleanField(db_default=True, default=True)
+    metadata = models.JSONField(db_default={}, default=_json_object_default, blank=True,
+                                validators=[validate_enabled_namespace_metadata])
+    last_rollout_failed_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    number_of_replicas_override = models.IntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = EnabledNamespaceQuerySet.as_manager()
+
+    class Meta:
+        db_table = "zoekt_enabled_namespaces"
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(number_of_replicas_override__isnull=True)
+                | Q(number_of_replicas_override__gt=0),
+                name="check_zoekt_enabled_namespaces_replicas_override_positive",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"enabled namespace {self.root_namespace_id}"
+
+    def clean(self) -> None:
+        from django.core.exceptions import ValidationError
+
+        if self.root_namespace_id is not None and self.root_namespace.parent_id is not None:
+            raise ValidationError({"root_namespace": "must be a root namespace (it has a parent)"})
+
+    def number_of_replicas(self, default_number_of_replicas: int) -> int:
+        return self.number_of_replicas_override or default_number_of_replicas
+
+    def update_last_used_storage_bytes(self) -> int:
+        """Store the largest per-replica sum of used bytes in ``metadata``."""
+        per_replica = (
+            Index.objects.filter(zoekt_replica__zoekt_enabled_namespace=self)
+            .values("zoekt_replica_id")
+            .annotate(total=models.Sum("used_storage_bytes"))
+            .values_list("total", flat=True)
+        )
+        value = max(per_replica, default=0)
+        self.metadata = {**self.metadata, "last_used_storage_bytes": value}
+        self.save(update_fields=["metadata", "updated_at"])
+        return value
+
+
+class Replica(models.Model):
+    """One full copy of a root namespace's search data (``zoekt_replicas``)."""
+
+    class State(models.IntegerChoices):
+        PENDING = 0, "pending"
+        READY = 10, "ready"
+
+    id = models.BigAutoField(primary_key=True)
+    zoekt_enabled_namespace = models.ForeignKey(
+        EnabledNamespace, on_delete=models.CASCADE, related_name="replicas"
+    )
+    namespace = models.ForeignKey(Namespace, on_delete=models.CASCADE, related_name="zoekt_replicas")
+    state = models.SmallIntegerField(choices=State.choices, db_default=0, default=State.PENDING,
+                                     db_index=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = ReplicaQuerySet.as_manager()
+
+    class Meta:
+        db_table = "zoekt_replicas"
+
+    def __str__(self) -> str:
+        return f"replica {self.id} of namespace {self.namespace_id}"
+
+
+class Index(models.Model):
+    """The part of a replica that lives on one node (``zoekt_indices``)."""
+
+    class State(models.IntegerChoices):
+        PENDING = 0, "pending"
+        IN_PROGRESS = 1, "in_progress"
+        INITIALIZING = 2, "initializing"
+        READY = 10, "ready"
+        REALLOCATING = 20, "reallocating"
+        PENDING_EVICTION = 220, "pending_eviction"
+        EVICTED = 225, "evicted"
+        ORPHANED = 230, "orphaned"
+        PENDING_DELETION = 240, "pending_deletion"
+
+    class WatermarkLevel(models.IntegerChoices):
+        HEALTHY = 0, "healthy"
+        OVERPROVISIONED = 10, "overprovisioned"
+        LOW_WATERMARK_EXCEEDED = 30, "low_watermark_exceeded"
+        HIGH_WATERMARK_EXCEEDED = 60, "high_watermark_exceeded"
+        CRITICAL_WATERMARK_EXCEEDED = 90, "critical_watermark_exceeded"
+
+    PRE_READY_STATES = (State.PENDING, State.IN_PROGRESS, State.INITIALIZING)
+    EVICTION_STATES = (State.PENDING_EVICTION, State.EVICTED)
+    SEARCHABLE_STATES = (State.READY,)
+    SHOULD_BE_DELETED_STATES = (State.ORPHANED, State.PENDING_DELETION)
+
+    id = models.BigAutoField(primary_key=True)
+    zoekt_enabled_namespace = models.ForeignKey(
+        EnabledNamespace, null=True, blank=True, on_delete=models.SET_NULL, related_name="indices",
+        db_index=False,  # led by the unique (zoekt_enabled_namespace_id, zoekt_node_id) index
+    )
+    zoekt_node = models.ForeignKey(
+        Node, on_delete=models.CASCADE, related_name="indices",
+        db_index=False,  # led by the unique (zoekt_node_id, id) index
+    )
+    zoekt_replica = models.ForeignKey(
+        Replica, null=True, blank=True, on_delete=models.SET_NULL, related_name="indices"
+    )
+    namespace_id = models.BigIntegerField(db_index=True)
+    state = models.SmallIntegerField(choices=State.choices, db_default=0, default=State.PENDING)
+    reserved_storage_bytes = models.BigIntegerField(
+        null=True, blank=True, db_default=capacity.DEFAULT_RESERVED_STORAGE_BYTES,
+        default=capacity.DEFAULT_RESERVED_STORAGE_BYTES,
+    )
+    used_storage_bytes = models.BigIntegerField(db_default=0, default=0)
+    used_storage_bytes_updated_at = models.DateTimeField(db_default=EPOCH, default=EPOCH)
+    last_indexed_at = models.DateTimeField(db_default=EPOCH, default=EPOCH)
+    watermark_level = models.SmallIntegerField(
+        choices=WatermarkLevel.choices, db_default=0, default=WatermarkLevel.HEALTHY
+    )
+    metadata = models.JSONField(db_default={}, default=_json_object_default, blank=True,
+                                validators=[validate_index_metadata])
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = IndexQuerySet.as_manager()
+
+    class Meta:
+        db_table = "zoekt_indices"
+        verbose_name_plural = "indices"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["zoekt_enabled_namespace", "zoekt_node"],
+                name="index_zoekt_indices_on_enabled_namespace_id_and_node_id",
+            ),
+            models.UniqueConstraint(fields=["state", "id"], name="index_zoekt_indices_on_state_and_id"),
+            models.UniqueConstraint(
+                fields=["zoekt_node", "id"], name="index_zoekt_indices_on_zoekt_node_id_and_id"
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["used_storage_bytes_updated_at"],
+                         name="zoekt_idx_used_bytes_upd_at"),
+            models.Index(fields=["watermark_level", "state"],
+                         name="zoekt_idx_watermark_state"),
+        ]
+
+    def __str__(self) -> str:
+        return f"index {self.id} of namespace {self.namespace_id} on node {self.zoekt_node_id}"
+
+    @property
+    def free_storage_bytes(self) -> int:
+        return (self.reserved_storage_bytes or 0) - self.used_storage_bytes
+
+    @property
+    def project_namespace_id_range(self) -> tuple[int | None, int | None] | None:
+        """The inclusive range of project-namespace ids; None means the whole namespace."""
+        start = self.metadata.get("project_namespace_id_from")
+        end = self.metadata.get("project_namespace_id_to")
+        if start is None and end is None:
+            return None
+        return (start, end)
+
+    def computed_watermark_level(self) -> int:
+        return int(capacity.index_watermark_level(self.used_storage_bytes, self.reserved_storage_bytes))
+
+    def update_storage_bytes_and_watermark_level(self, *, skip_used_storage_bytes: bool = False) -> None:
+        """Refresh used bytes, resize the reservation and store the level (reference 4.3)."""
+        from django.db import transaction
+
+        with transaction.atomic():
+            # Lock the node row: two indices of one node must not claim the same bytes.
+            node = Node.objects.select_for_update().get(pk=self.zoekt_node_id)
+            index = Index.objects.select_for_update().get(pk=self.pk)
+            if not skip_used_storage_bytes:
+                used = index.repositories.aggregate(total=models.Sum("size_bytes"))["total"] or 0
+                index.used_storage_bytes = used or capacity.DEFAULT_USED_STORAGE_BYTES
+                index.used_storage_bytes_updated_at = clock.now()
+            unclaimed = Node.objects.with_unclaimed_storage_bytes().get(pk=node.pk)
+            index.reserved_storage_bytes = capacity.resized_reservation(
+                index.used_storage_bytes,
+                index.reserved_storage_bytes,
+                unclaimed.annotated_unclaimed_storage_bytes,
+                index_is_ready=index.state == Index.State.READY,
+            )
+            index.watermark_level = index.computed_watermark_level()
+            index.save(update_fields=[
+                "used_storage_bytes", "used_storage_bytes_updated_at", "reserved_storage_bytes",
+                "watermark_level", "updated_at",
+            ])
+        for field in ("used_storage_bytes", "used_storage_bytes_updated_at",
+                      "reserved_storage_bytes", "watermark_level", "updated_at"):
+            setattr(self, field, getattr(index, field))
+
+
+class Repository(models.Model):
+    """One project indexed (or to be indexed) inside one index (``zoekt_repositories``)."""
+
+    class State(models.IntegerChoices):
+        PENDING = 0, "pending"
+        INITIALIZING = 1, "initializing"
+        READY = 10, "ready"
+        ORPHANED = 230, "orphaned"
+        PENDING_DELETION = 240, "pending_deletion"
+        DELETED = 250, "deleted"
+        FAILED = 255, "failed"
+
+    INDEXABLE_STATES = (State.PENDING, State.INITIALIZING, State.READY)
+    SEARCHABLE_STATES = (State.READY,)
+    # GitLab's database default is 10; its model default is 3.
+    DB_DEFAULT_RETRIES_LEFT = 10
+    MODEL_DEFAULT_RETRIES_LEFT = 3
+
+    id = models.BigAutoField(primary_key=True)
+    zoekt_index = models.ForeignKey(Index, on_delete=models.RESTRICT, related_name="repositories",
+                                    db_index=False)  # led by the unique (zoekt_index_id, project_id)
+    project = models.ForeignKey(Project, null=True, blank=True, on_delete=models.SET_NULL,
+                                related_name="zoekt_repositories")
+    project_identifier = models.BigIntegerField()
+    state = models.SmallIntegerField(choices=State.choices, db_default=0, default=State.PENDING,
+                                     db_index=True)
+    indexed_at = models.DateTimeField(null=True, blank=True)
+    size_bytes = models.BigIntegerField(db_default=0, default=0)
+    index_file_count = models.IntegerField(db_default=0, default=0)
+    retries_left = models.SmallIntegerField(db_default=DB_DEFAULT_RETRIES_LEFT,
+                                            default=MODEL_DEFAULT_RETRIES_LEFT)
+    schema_version = models.SmallIntegerField(db_default=0, default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = RepositoryQuerySet.as_manager()
+
+    class Meta:
+        db_table = "zoekt_repositories"
+        verbose_name_plural = "repositories"
+        constraints = [
+            models.UniqueConstraint(fields=["zoekt_index", "project"],
+                                    name="index_zoekt_repositories_on_zoekt_index_id_and_project_id"),
+            models.UniqueConstraint(fields=["zoekt_index", "project_identifier"],
+                                    name="index_zoekt_repositories_on_index_id_and_identifier"),
+            models.CheckConstraint(
+                condition=Q(project__isnull=True) | Q(project=models.F("project_identifier")),
+                name="check_zoekt_repositories_project_id_matches_identifier",
+            ),
+            models.CheckConstraint(
+                condition=GreaterThan(models.F("retries_left"), 0)
+                | Q(retries_left=0, state__gte=200),
+                name="check_zoekt_repositories_retries_left",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"repository of project {self.project_identifier} in index {self.zoekt_index_id}"
+
+
+class Task(models.Model):
+    """A unit of work for one node, pulled on its heartbeat (``zoekt_tasks``).
+
+    The table is partitioned by LIST on ``partition_id`` with the primary key
+    (id, partition_id), as in GitLab; ``id`` comes from a sequence and is
+    unique on its own, which is what Django treats as the key. Migration 0001
+    creates the table with raw SQL for that reason.
+    """
+
+    class TaskType(models.IntegerChoices):
+        INDEX_REPO = 0, "index_repo"
+        FORCE_INDEX_REPO = 1, "force_index_repo"
+        DELETE_REPO = 50, "delete_repo"
+
+    class State(models.IntegerChoices):
+        PENDING = 0, "pending"
+        PROCESSING = 1, "processing"
+        DONE = 10, "done"
+        SKIPPED = 250, "skipped"
+        FAILED = 255, "failed"
+        ORPHANED = 256, "orphaned"
+
+    PROCESSING_BATCH_SIZE = 100
+    RETRY_DELAY_SECONDS = 5 * 60
+    PARTITION_DURATION_SECONDS = 24 * 3600
+    PARTITION_CLEANUP_THRESHOLD_SECONDS = 7 * 24 * 3600
+    # GitLab's database default is 5; its model default is 3.
+    DB_DEFAULT_RETRIES_LEFT = 5
+    MODEL_DEFAULT_RETRIES_LEFT = 3
+
+    id = models.BigAutoField(primary_key=True)
+    partition_id = models.BigIntegerField(db_default=1, default=1)
+    zoekt_node_id = models.BigIntegerField()
+    zoekt_repository_id = models.BigIntegerField()
+    project_identifier = models.BigIntegerField()
+    task_type = models.SmallIntegerField(choices=TaskType.choices)
+    state = models.SmallIntegerField(choices=State.choices, db_default=0, default=State.PENDING)
+    perform_at = models.DateTimeField(db_default=Now())
+    retries_left = models.SmallIntegerField(db_default=DB_DEFAULT_RETRIES_LEFT,
+                                            default=MODEL_DEFAULT_RETRIES_LEFT)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = TaskQuerySet.as_manager()
+
+    class Meta:
+        db_table = "zoekt_tasks"
+        indexes = [
+            models.Index(fields=["state"], name="zoekt_tasks_state"),
+            models.Index(fields=["zoekt_node_id", "state", "perform_at"],
+                         name="zoekt_tasks_node_state_perform"),
+            models.Index(fields=["zoekt_repository_id"], name="zoekt_tasks_repository_id"),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=GreaterThan(models.F("retries_left"), 0)
+                | Q(retries_left=0, state=255),
+                name="check_zoekt_tasks_retries_left",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.get_task_type_display()} task {self.id} for node {self.zoekt_node_id}"
+
+
+# ----------------------------------------------------------------------------
+# Application settings: one row
+# ----------------------------------------------------------------------------
+
+
+class ApplicationSetting(models.Model):
+    """GitLab's Zoekt application settings, one typed column per key (a single row, id 1).
+
+    GitLab keeps these keys in one JSONB column; here each is a column of the
+    same name so the admin form validates every value on its own. Read them
+    through ``zoekt.app_settings.current()``, never from this model directly.
+    """
+
+    id = models.SmallIntegerField(primary_key=True, default=1, editable=False)
+    zoekt_indexing_enabled = models.BooleanField("Enable indexing", default=False)
+    zoekt_search_enabled = models.BooleanField("Enable searching", default=False)
+    zoekt_indexing_paused = models.BooleanField(
+        "Pause indexing", default=False,
+        help_text="Stops the scheduler, rollout, event jobs and task hand-out; "
+                  "heartbeats answer stop_indexing.",
+    )
+    zoekt_auto_index_root_namespace = models.BooleanField(
+        "Index root namespaces automatically", default=False
+    )
+    zoekt_cache_response = models.BooleanField("Cache search results for five minutes", default=True)
+    zoekt_cpu_to_tasks_ratio = models.FloatField("Indexing CPU to tasks multiplier", default=1.0)
+    zoekt_force_reindexing_percentage = models.FloatField(
+        "Probability (in %) that an index task becomes a force-reindex", default=0.25
+    )
+    zoekt_indexing_parallelism = models.IntegerField(
+        "Number of parallel processes per indexing task", default=1
+    )
+    zoekt_rollout_batch_size = models.IntegerField("Number of namespaces per indexing rollout",
+                                                   default=32)
+    zoekt_lost_node_threshold = models.CharField(
+        "Offline nodes automatically deleted after", max_length=32, default="12h", blank=True,
+        help_text="A duration such as 30m, 12h or 2d; 0 disables lost-node handling.",
+    )
+    zoekt_indexing_timeout = models.CharField(
+        "Indexing timeout per project", max_length=32, default="30m",
+        help_text="A duration such as 30m, 1h or 1d.",
+    )
+    zoekt_maximum_files = models.IntegerField("Maximum number of files per project to be indexed",
+                                              default=500_000)
+    zoekt_indexed_file_size_limit = models.CharField(
+        "Maximum file size for indexing", max_length=32, default="1MB",
+        help_text="A size such as 512KB, 1MB or 2GB (binary units).",
+    )
+    zoekt_trigram_max = models.IntegerField("Maximum number of trigrams per file", default=20_000)
+    zoekt_rollout_retry_interval = models.CharField(
+        "Retry interval for failed namespaces", max_length=32, default="1d", blank=True,
+        help_text="A duration such as 30m, 12h or 1d; 0 means never retry.",
+    )
+    zoekt_default_number_of_replicas = models.IntegerField("Number of replicas per namespace",
+                                                           default=1)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        db_table = "application_settings"
+        verbose_name = "application settings"
+        verbose_name_plural = "application settings"
+        constraints = [
+            models.CheckConstraint(condition=Q(id=1), name="check_application_settings_singleton"),
+            models.CheckConstraint(condition=Q(zoekt_cpu_to_tasks_ratio__gt=0),
+                                   name="check_zoekt_cpu_to_tasks_ratio_positive"),
+            models.CheckConstraint(
+                condition=Q(zoekt_force_reindexing_percentage__gte=0)
+                & Q(zoekt_force_reindexing_percentage__lte=100),
+                name="check_zoekt_force_reindexing_percentage_range",
+            ),
+            models.CheckConstraint(condition=Q(zoekt_indexing_parallelism__gt=0),
+                                   name="check_zoekt_indexing_parallelism_positive"),
+            models.CheckConstraint(condition=Q(zoekt_rollout_batch_size__gt=0),
+                                   name="check_zoekt_rollout_batch_size_positive"),
+            models.CheckConstraint(condition=Q(zoekt_maximum_files__gt=0),
+                                   name="check_zoekt_maximum_files_positive"),
+            models.CheckConstraint(condition=Q(zoekt_trigram_max__gt=0),
+                                   name="check_zoekt_trigram_max_positive"),
+            models.CheckConstraint(condition=Q(zoekt_default_number_of_replicas__gt=0),
+                                   name="check_zoekt_default_number_of_replicas_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return "Zoekt application settings"
+
+    def clean(self) -> None:
+        from zoekt.app_settings import validate_setting_values
+
+        validate_setting_values(self)

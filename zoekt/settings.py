@@ -1,0 +1,193 @@
+"""Deployment settings, read from the environment in this one module.
+
+Only deployment concerns come from the environment: where PostgreSQL and Redis
+are, secrets (directly or from ``*_FILE`` paths), debug and hosts. Everything
+an operator tunes at run time (GitLab's Zoekt application settings) lives in
+one database row instead; see ``zoekt.app_settings``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+from zoekt.logging import configure_structlog, logging_config
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def env_str(name: str, default: str | None = None) -> str | None:
+    """A string from ``NAME``, or from the file named by ``NAME_FILE`` (newline stripped)."""
+    file_path = os.environ.get(f"{name}_FILE")
+    if file_path:
+        try:
+            return Path(file_path).read_text().rstrip("\r\n")
+        except OSError as exc:
+            raise ImproperlyConfigured(f"{name}_FILE={file_path!r} cannot be read: {exc}") from exc
+    return os.environ.get(name, default)
+
+
+def env_bool(name: str, default: bool = False) -> bool:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    lowered = value.strip().lower()
+    if lowered in {"1", "true", "yes", "on"}:
+        return True
+    if lowered in {"0", "false", "no", "off"}:
+        return False
+    raise ImproperlyConfigured(f"{name}={value!r} is not a boolean (use true/false)")
+
+
+def env_list(name: str, default: str = "") -> list[str]:
+    return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+
+
+def redis_url_for_celery(url: str) -> str:
+    """Celery spells a unix-socket Redis ``redis+socket://``; redis-py spells it ``unix://``."""
+    if url.startswith("unix://"):
+        parts = urlsplit(url)
+        db = parse_qs(parts.query).get("db", ["0"])[0]
+        return f"redis+socket://{parts.path}?virtual_host={db}"
+    return url
+
+
+def redis_url_with_db(url: str, db: int) -> str:
+    """The same Redis server with another logical database."""
+    parts = urlsplit(url)
+    if url.startswith("unix://"):
+        return f"unix://{parts.path}?db={db}"
+    return f"{parts.scheme}://{parts.netloc}/{db}"
+
+
+DEBUG = env_bool("DJANGO_DEBUG", False)
+SECRET_KEY = env_str("DJANGO_SECRET_KEY") or (
+    "insecure-development-key-set-DJANGO_SECRET_KEY-in-production" if DEBUG else None
+)
+if not SECRET_KEY:
+    # Tests, `make run` and docker-compose all set one; refusing to start is
+    # better than signing sessions with a published key.
+    raise ImproperlyConfigured("DJANGO_SECRET_KEY (or DJANGO_SECRET_KEY_FILE) must be set")
+
+ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost")
+CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS")
+
+DATABASE_URL = env_str("DATABASE_URL")
+if not DATABASE_URL:
+    raise ImproperlyConfigured(
+        "DATABASE_URL is not set. `make run` and `make test` set it for you "
+        "(starting an embedded PostgreSQL when needed)."
+    )
+REDIS_URL = env_str("REDIS_URL")
+if not REDIS_URL:
+    raise ImproperlyConfigured(
+        "REDIS_URL is not set. `make run` and `make test` set it for you "
+        "(starting an embedded Redis when needed)."
+    )
+
+DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)}
+DATABASES["default"].setdefault("TEST", {})
+DATABASES["default"]["TEST"]["NAME"] = env_str("DATABASE_TEST_NAME") or (
+    f"test_{DATABASES['default']['NAME']}"
+)
+
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": redis_url_with_db(REDIS_URL, int(os.environ.get("REDIS_CACHE_DB", "1"))),
+        "KEY_PREFIX": os.environ.get("REDIS_KEY_PREFIX", "zoekt"),
+        "TIMEOUT": 300,
+    }
+}
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django.contrib.postgres",
+    "rest_framework",
+    "drf_spectacular",
+    "django_celery_beat",
+    "zoekt",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "zoekt.urls"
+WSGI_APPLICATION = "zoekt.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    }
+]
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = Path(os.environ.get("DJANGO_STATIC_ROOT", BASE_DIR / "var" / "static"))
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+REST_FRAMEWORK = {
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "zoekt-control",
+    "DESCRIPTION": "Control plane for Zoekt code-search nodes.",
+    "VERSION": "0.1.0",
+}
+
+# --- Celery -----------------------------------------------------------------
+# Beat entries are declared in code (zoekt.celery.BEAT_SCHEDULE) and stored
+# by django-celery-beat's database scheduler, where the admin can edit them.
+CELERY_BROKER_URL = redis_url_for_celery(redis_url_with_db(REDIS_URL, 0))
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TIMEZONE = "UTC"
+CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+CELERY_TASK_DEFAULT_QUEUE = os.environ.get("CELERY_QUEUE", "zoekt")
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+
+# --- Fleet constants that are deployment concerns -----------------------------
+# GitLab raises the node high/critical disk watermarks to 0.98/0.99 in its
+# development environment; ZOEKT_DEVELOPMENT_WATERMARKS mirrors that switch.
+ZOEKT_DEVELOPMENT_WATERMARKS = env_bool("ZOEKT_DEVELOPMENT_WATERMARKS", False)
+# How long the application-settings row is cached in Redis.
+ZOEKT_SETTINGS_CACHE_SECONDS = int(os.environ.get("ZOEKT_SETTINGS_CACHE_SECONDS", "10"))
+
+# --- Logging: one JSON object per line (structlog) ----------------------------
+LOG_LEVEL = os.environ.get("LOG_LEVEL", "INFO")
+LOGGING = logging_config(LOG_LEVEL)
+configure_structlog()

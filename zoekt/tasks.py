@@ -1,0 +1,41 @@
+"""Celery tasks of the fleet domain: thin, argument-free, one log line each."""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from zoekt import actions
+from zoekt.buffer_factor import refresh_global_buffer_factor
+from zoekt.locks import LockKey, try_advisory_lock
+from zoekt.logging import get_logger
+from zoekt.reasons import Reason
+
+log = get_logger(__name__)
+
+
+@shared_task(name="zoekt.update_replica_states")
+def update_replica_states_task() -> dict:
+    with try_advisory_lock(LockKey.UPDATE_REPLICA_STATES) as acquired:
+        if not acquired:
+            log.info("update_replica_states", skipped=Reason.LOCK_HELD)
+            return {"skipped": Reason.LOCK_HELD}
+        result = actions.do_update_replica_states()
+    log.info("update_replica_states", **result)
+    return result
+
+
+@shared_task(name="zoekt.refresh_buffer_factor")
+def refresh_buffer_factor_task() -> dict:
+    with try_advisory_lock(LockKey.REFRESH_BUFFER_FACTOR) as acquired:
+        if not acquired:
+            log.info("refresh_buffer_factor", skipped=Reason.LOCK_HELD)
+            return {"skipped": Reason.LOCK_HELD}
+        factor = refresh_global_buffer_factor()
+    result = {
+        "buffer_factor": factor.value,
+        "reason": factor.reason,
+        "used_storage_bytes": factor.used_storage_bytes,
+        "repository_size": factor.repository_size,
+    }
+    log.info("refresh_buffer_factor", **result)
+    return result
