@@ -33,7 +33,7 @@ class GroupFactory(factory.django.DjangoModelFactory):
     parent = None
 
     @factory.post_generation
-    def set_traversal_ids(obj, create, extracted, **kwargs):  # noqa: N805
+    def set_traversal_ids(obj, create, extracted, **kwargs):
         parent_ids = list(obj.parent.traversal_ids) if obj.parent_id else []
         obj.traversal_ids = [*parent_ids, obj.id]
         if create:
@@ -55,7 +55,7 @@ class ProjectFactory(factory.django.DjangoModelFactory):
     )
 
     @factory.post_generation
-    def repository_size(obj, create, extracted, **kwargs):  # noqa: N805
+    def repository_size(obj, create, extracted, **kwargs):
         if create and extracted is not None:
             ProjectStatistics.objects.create(
                 project=obj, namespace_id=obj.namespace_id, repository_size=extracted
@@ -96,7 +96,9 @@ class IndexFactory(factory.django.DjangoModelFactory):
         model = Index
 
     zoekt_replica = factory.SubFactory(ReplicaFactory)
-    zoekt_enabled_namespace = factory.LazyAttribute(lambda o: o.zoekt_replica.zoekt_enabled_namespace)
+    zoekt_enabled_namespace = factory.LazyAttribute(
+        lambda o: o.zoekt_replica.zoekt_enabled_namespace
+    )
     namespace_id = factory.LazyAttribute(lambda o: o.zoekt_replica.namespace_id)
     zoekt_node = factory.SubFactory(NodeFactory)
 

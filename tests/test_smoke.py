@@ -1,6 +1,6 @@
 import pytest
 
-from tests.factories import IndexFactory, NodeFactory, RepositoryFactory, TaskFactory
+from tests.factories import NodeFactory, RepositoryFactory, TaskFactory
 from zoekt.models import Node
 
 

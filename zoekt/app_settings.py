@@ -149,7 +149,9 @@ def validate_setting_values(row) -> None:
             continue
         if not _DURATION.match(text):
             hint = "0 or " if zero_ok else ""
-            errors[field] = f"must be {hint}a positive whole number followed by m, h or d (e.g. 12h)"
+            errors[field] = (
+                f"must be {hint}a positive whole number followed by m, h or d (e.g. 12h)"
+            )
     if not _SIZE.match((row.zoekt_indexed_file_size_limit or "").strip()):
         errors["zoekt_indexed_file_size_limit"] = (
             "must be a whole number followed by B, KB, MB or GB (e.g. 1MB)"

@@ -50,7 +50,11 @@ class NodeWatermark(enum.StrEnum):
 def watermark_limits(development: bool = False) -> tuple[float, float, float]:
     """(low, high, critical) node disk limits."""
     if development:
-        return WATERMARK_LIMIT_LOW, DEVELOPMENT_WATERMARK_LIMIT_HIGH, DEVELOPMENT_WATERMARK_LIMIT_CRITICAL
+        return (
+            WATERMARK_LIMIT_LOW,
+            DEVELOPMENT_WATERMARK_LIMIT_HIGH,
+            DEVELOPMENT_WATERMARK_LIMIT_CRITICAL,
+        )
     return WATERMARK_LIMIT_LOW, WATERMARK_LIMIT_HIGH, WATERMARK_LIMIT_CRITICAL
 
 
@@ -85,7 +89,7 @@ def concurrency_limit(
     if concurrency_override and concurrency_override > 0:
         return int(concurrency_override)
     # Ruby's round(): halves away from zero, unlike Python's banker's rounding.
-    computed = int(math.floor((concurrency or 0) * cpu_to_tasks_ratio + 0.5))
+    computed = math.floor((concurrency or 0) * cpu_to_tasks_ratio + 0.5)
     if computed == 0:
         return DEFAULT_CONCURRENCY_LIMIT
     return min(computed, MAX_CONCURRENCY_LIMIT)
@@ -100,7 +104,9 @@ class IndexWatermark(enum.IntEnum):
     CRITICAL_WATERMARK_EXCEEDED = 90
 
 
-def index_watermark_level(used_storage_bytes: int, reserved_storage_bytes: int | None) -> IndexWatermark:
+def index_watermark_level(
+    used_storage_bytes: int, reserved_storage_bytes: int | None
+) -> IndexWatermark:
     """The level stored on an index (GitLab's Ruby calculation, reference 2.2).
 
     A ratio that cannot be computed (no or zero reservation) or is negative is

@@ -114,5 +114,6 @@ validate_node_metadata = _django_validator("validate_node_metadata", NODE_METADA
 validate_index_metadata = _django_validator("validate_index_metadata", INDEX_METADATA_SCHEMA)
 validate_enabled_namespace_metadata = _django_validator(
     "validate_enabled_namespace_metadata",
-    ENABLED_NAMESPACE_METADATA_SCHEMA, ENABLED_NAMESPACE_METADATA_MAX_BYTES
+    ENABLED_NAMESPACE_METADATA_SCHEMA,
+    ENABLED_NAMESPACE_METADATA_MAX_BYTES,
 )

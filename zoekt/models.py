@@ -60,10 +60,12 @@ class Namespace(models.Model):
     id = models.BigAutoField(primary_key=True)
     name = models.CharField(max_length=255)
     path = models.CharField(max_length=255)
-    type = models.CharField(max_length=255, choices=Type.choices, db_default=Type.GROUP,
-                            default=Type.GROUP)
-    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.CASCADE,
-                               related_name="children")
+    type = models.CharField(
+        max_length=255, choices=Type.choices, db_default=Type.GROUP, default=Type.GROUP
+    )
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.CASCADE, related_name="children"
+    )
     # Ancestor ids from the root down to this namespace itself, as in GitLab.
     traversal_ids = ArrayField(models.BigIntegerField(), db_default=[], default=list, blank=True)
     visibility_level = models.IntegerField(db_default=20, default=20)
@@ -137,7 +139,10 @@ class NamespaceRootStorageStatistics(models.Model):
     """Storage totals of a root namespace, summed over its projects."""
 
     namespace = models.OneToOneField(
-        Namespace, primary_key=True, on_delete=models.CASCADE, related_name="root_storage_statistics"
+        Namespace,
+        primary_key=True,
+        on_delete=models.CASCADE,
+        related_name="root_storage_statistics",
     )
     repository_size = models.BigIntegerField(db_default=0, default=0)
     storage_size = models.BigIntegerField(db_default=0, default=0)
@@ -172,11 +177,13 @@ class Node(models.Model):
     last_seen_at = models.DateTimeField(db_default=EPOCH, default=EPOCH, db_index=True)
     index_base_url = models.TextField()
     search_base_url = models.TextField()
-    metadata = models.JSONField(db_default={}, default=_json_object_default, blank=True,
-                                validators=[validate_node_metadata])
+    metadata = models.JSONField(
+        db_default={}, default=_json_object_default, blank=True, validators=[validate_node_metadata]
+    )
     schema_version = models.SmallIntegerField(db_default=0, default=0)
-    services = ArrayField(models.SmallIntegerField(choices=Service.choices),
-                          db_default=[0], default=_services_default)
+    services = ArrayField(
+        models.SmallIntegerField(choices=Service.choices), db_default=[0], default=_services_default
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -185,14 +192,29 @@ class Node(models.Model):
     class Meta:
         db_table = "zoekt_nodes"
         constraints = [
-            models.CheckConstraint(condition=LessThanOrEqual(Length("index_base_url"), 1024),
-                                   name="check_zoekt_nodes_index_base_url_length"),
-            models.CheckConstraint(condition=LessThanOrEqual(Length("search_base_url"), 1024),
-                                   name="check_zoekt_nodes_search_base_url_length"),
+            models.CheckConstraint(
+                condition=LessThanOrEqual(Length("index_base_url"), 1024),
+                name="check_zoekt_nodes_index_base_url_length",
+            ),
+            models.CheckConstraint(
+                condition=LessThanOrEqual(Length("search_base_url"), 1024),
+                name="check_zoekt_nodes_search_base_url_length",
+            ),
         ]
 
     def __str__(self) -> str:
         return f"{self.name} ({self.uuid})"
+
+    def save(self, *args, **kwargs) -> None:
+        self.recompute_usable_storage_bytes()
+        update_fields = kwargs.get("update_fields")
+        if update_fields is not None:
+            kwargs["update_fields"] = {
+                *update_fields,
+                "usable_storage_bytes",
+                "usable_storage_bytes_locked_until",
+            }
+        super().save(*args, **kwargs)
 
     # --- identity and reported values ---------------------------------------------
     @property
@@ -221,7 +243,9 @@ class Node(models.Model):
         return capacity.node_watermark(self.storage_percent_used, _development_watermarks())
 
     def _limit_reached(self, which: int) -> bool:
-        return self.storage_percent_used >= capacity.watermark_limits(_development_watermarks())[which]
+        return (
+            self.storage_percent_used >= capacity.watermark_limits(_development_watermarks())[which]
+        )
 
     def low_watermark_exceeded(self) -> bool:
         return self._limit_reached(0)
@@ -260,19 +284,12 @@ class Node(models.Model):
         self.usable_storage_bytes_locked_until = None
         return True
 
-    def save(self, *args, **kwargs) -> None:
-        self.recompute_usable_storage_bytes()
-        update_fields = kwargs.get("update_fields")
-        if update_fields is not None:
-            kwargs["update_fields"] = {
-                *update_fields, "usable_storage_bytes", "usable_storage_bytes_locked_until"
-            }
-        super().save(*args, **kwargs)
-
     # --- liveness -------------------------------------------------------------------------
     def is_online(self, now: datetime | None = None) -> bool:
         now = now or clock.now()
-        return (now - self.last_seen_at).total_seconds() < capacity.ONLINE_DURATION_THRESHOLD_SECONDS
+        return (
+            now - self.last_seen_at
+        ).total_seconds() < capacity.ONLINE_DURATION_THRESHOLD_SECONDS
 
     def is_lost(self, threshold_seconds: int | None, now: datetime | None = None) -> bool:
         """Not seen for the lost-node threshold (``<=`` as GitLab's method; None disables)."""
@@ -284,7 +301,8 @@ class Node(models.Model):
     # --- tasks ---------------------------------------------------------------------------------
     def concurrency_limit(self, cpu_to_tasks_ratio: float) -> int:
         return capacity.concurrency_limit(
-            self.metadata.get("concurrency"), self.metadata.get("concurrency_override"),
+            self.metadata.get("concurrency"),
+            self.metadata.get("concurrency_override"),
             cpu_to_tasks_ratio,
         )
 
@@ -303,8 +321,12 @@ class EnabledNamespace(models.Model):
         Namespace, on_delete=models.CASCADE, related_name="zoekt_enabled_namespace"
     )
     search = models.BooleanField(db_default=True, default=True)
-    metadata = models.JSONField(db_default={}, default=_json_object_default, blank=True,
-                                validators=[validate_enabled_namespace_metadata])
+    metadata = models.JSONField(
+        db_default={},
+        default=_json_object_default,
+        blank=True,
+        validators=[validate_enabled_namespace_metadata],
+    )
     last_rollout_failed_at = models.DateTimeField(null=True, blank=True, db_index=True)
     number_of_replicas_override = models.IntegerField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -359,9 +381,12 @@ class Replica(models.Model):
     zoekt_enabled_namespace = models.ForeignKey(
         EnabledNamespace, on_delete=models.CASCADE, related_name="replicas"
     )
-    namespace = models.ForeignKey(Namespace, on_delete=models.CASCADE, related_name="zoekt_replicas")
-    state = models.SmallIntegerField(choices=State.choices, db_default=0, default=State.PENDING,
-                                     db_index=True)
+    namespace = models.ForeignKey(
+        Namespace, on_delete=models.CASCADE, related_name="zoekt_replicas"
+    )
+    state = models.SmallIntegerField(
+        choices=State.choices, db_default=0, default=State.PENDING, db_index=True
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -402,11 +427,17 @@ class Index(models.Model):
 
     id = models.BigAutoField(primary_key=True)
     zoekt_enabled_namespace = models.ForeignKey(
-        EnabledNamespace, null=True, blank=True, on_delete=models.SET_NULL, related_name="indices",
+        EnabledNamespace,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="indices",
         db_index=False,  # led by the unique (zoekt_enabled_namespace_id, zoekt_node_id) index
     )
     zoekt_node = models.ForeignKey(
-        Node, on_delete=models.CASCADE, related_name="indices",
+        Node,
+        on_delete=models.CASCADE,
+        related_name="indices",
         db_index=False,  # led by the unique (zoekt_node_id, id) index
     )
     zoekt_replica = models.ForeignKey(
@@ -415,7 +446,9 @@ class Index(models.Model):
     namespace_id = models.BigIntegerField(db_index=True)
     state = models.SmallIntegerField(choices=State.choices, db_default=0, default=State.PENDING)
     reserved_storage_bytes = models.BigIntegerField(
-        null=True, blank=True, db_default=capacity.DEFAULT_RESERVED_STORAGE_BYTES,
+        null=True,
+        blank=True,
+        db_default=capacity.DEFAULT_RESERVED_STORAGE_BYTES,
         default=capacity.DEFAULT_RESERVED_STORAGE_BYTES,
     )
     used_storage_bytes = models.BigIntegerField(db_default=0, default=0)
@@ -424,8 +457,12 @@ class Index(models.Model):
     watermark_level = models.SmallIntegerField(
         choices=WatermarkLevel.choices, db_default=0, default=WatermarkLevel.HEALTHY
     )
-    metadata = models.JSONField(db_default={}, default=_json_object_default, blank=True,
-                                validators=[validate_index_metadata])
+    metadata = models.JSONField(
+        db_default={},
+        default=_json_object_default,
+        blank=True,
+        validators=[validate_index_metadata],
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -439,16 +476,18 @@ class Index(models.Model):
                 fields=["zoekt_enabled_namespace", "zoekt_node"],
                 name="index_zoekt_indices_on_enabled_namespace_id_and_node_id",
             ),
-            models.UniqueConstraint(fields=["state", "id"], name="index_zoekt_indices_on_state_and_id"),
+            models.UniqueConstraint(
+                fields=["state", "id"], name="index_zoekt_indices_on_state_and_id"
+            ),
             models.UniqueConstraint(
                 fields=["zoekt_node", "id"], name="index_zoekt_indices_on_zoekt_node_id_and_id"
             ),
         ]
         indexes = [
-            models.Index(fields=["used_storage_bytes_updated_at"],
-                         name="zoekt_idx_used_bytes_upd_at"),
-            models.Index(fields=["watermark_level", "state"],
-                         name="zoekt_idx_watermark_state"),
+            models.Index(
+                fields=["used_storage_bytes_updated_at"], name="zoekt_idx_used_bytes_upd_at"
+            ),
+            models.Index(fields=["watermark_level", "state"], name="zoekt_idx_watermark_state"),
         ]
 
     def __str__(self) -> str:
@@ -468,9 +507,13 @@ class Index(models.Model):
         return (start, end)
 
     def computed_watermark_level(self) -> int:
-        return int(capacity.index_watermark_level(self.used_storage_bytes, self.reserved_storage_bytes))
+        return int(
+            capacity.index_watermark_level(self.used_storage_bytes, self.reserved_storage_bytes)
+        )
 
-    def update_storage_bytes_and_watermark_level(self, *, skip_used_storage_bytes: bool = False) -> None:
+    def update_storage_bytes_and_watermark_level(
+        self, *, skip_used_storage_bytes: bool = False
+    ) -> None:
         """Refresh used bytes, resize the reservation and store the level (reference 4.3)."""
         from django.db import transaction
 
@@ -490,12 +533,22 @@ class Index(models.Model):
                 index_is_ready=index.state == Index.State.READY,
             )
             index.watermark_level = index.computed_watermark_level()
-            index.save(update_fields=[
-                "used_storage_bytes", "used_storage_bytes_updated_at", "reserved_storage_bytes",
-                "watermark_level", "updated_at",
-            ])
-        for field in ("used_storage_bytes", "used_storage_bytes_updated_at",
-                      "reserved_storage_bytes", "watermark_level", "updated_at"):
+            index.save(
+                update_fields=[
+                    "used_storage_bytes",
+                    "used_storage_bytes_updated_at",
+                    "reserved_storage_bytes",
+                    "watermark_level",
+                    "updated_at",
+                ]
+            )
+        for field in (
+            "used_storage_bytes",
+            "used_storage_bytes_updated_at",
+            "reserved_storage_bytes",
+            "watermark_level",
+            "updated_at",
+        ):
             setattr(self, field, getattr(index, field))
 
 
@@ -518,18 +571,22 @@ class Repository(models.Model):
     MODEL_DEFAULT_RETRIES_LEFT = 3
 
     id = models.BigAutoField(primary_key=True)
-    zoekt_index = models.ForeignKey(Index, on_delete=models.RESTRICT, related_name="repositories",
-                                    db_index=False)  # led by the unique (zoekt_index_id, project_id)
-    project = models.ForeignKey(Project, null=True, blank=True, on_delete=models.SET_NULL,
-                                related_name="zoekt_repositories")
+    zoekt_index = models.ForeignKey(
+        Index, on_delete=models.RESTRICT, related_name="repositories", db_index=False
+    )  # led by the unique (zoekt_index_id, project_id)
+    project = models.ForeignKey(
+        Project, null=True, blank=True, on_delete=models.SET_NULL, related_name="zoekt_repositories"
+    )
     project_identifier = models.BigIntegerField()
-    state = models.SmallIntegerField(choices=State.choices, db_default=0, default=State.PENDING,
-                                     db_index=True)
+    state = models.SmallIntegerField(
+        choices=State.choices, db_default=0, default=State.PENDING, db_index=True
+    )
     indexed_at = models.DateTimeField(null=True, blank=True)
     size_bytes = models.BigIntegerField(db_default=0, default=0)
     index_file_count = models.IntegerField(db_default=0, default=0)
-    retries_left = models.SmallIntegerField(db_default=DB_DEFAULT_RETRIES_LEFT,
-                                            default=MODEL_DEFAULT_RETRIES_LEFT)
+    retries_left = models.SmallIntegerField(
+        db_default=DB_DEFAULT_RETRIES_LEFT, default=MODEL_DEFAULT_RETRIES_LEFT
+    )
     schema_version = models.SmallIntegerField(db_default=0, default=0)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -540,10 +597,14 @@ class Repository(models.Model):
         db_table = "zoekt_repositories"
         verbose_name_plural = "repositories"
         constraints = [
-            models.UniqueConstraint(fields=["zoekt_index", "project"],
-                                    name="index_zoekt_repositories_on_zoekt_index_id_and_project_id"),
-            models.UniqueConstraint(fields=["zoekt_index", "project_identifier"],
-                                    name="index_zoekt_repositories_on_index_id_and_identifier"),
+            models.UniqueConstraint(
+                fields=["zoekt_index", "project"],
+                name="index_zoekt_repositories_on_zoekt_index_id_and_project_id",
+            ),
+            models.UniqueConstraint(
+                fields=["zoekt_index", "project_identifier"],
+                name="index_zoekt_repositories_on_index_id_and_identifier",
+            ),
             models.CheckConstraint(
                 condition=Q(project__isnull=True) | Q(project=models.F("project_identifier")),
                 name="check_zoekt_repositories_project_id_matches_identifier",
@@ -597,8 +658,9 @@ class Task(models.Model):
     task_type = models.SmallIntegerField(choices=TaskType.choices)
     state = models.SmallIntegerField(choices=State.choices, db_default=0, default=State.PENDING)
     perform_at = models.DateTimeField(db_default=Now())
-    retries_left = models.SmallIntegerField(db_default=DB_DEFAULT_RETRIES_LEFT,
-                                            default=MODEL_DEFAULT_RETRIES_LEFT)
+    retries_left = models.SmallIntegerField(
+        db_default=DB_DEFAULT_RETRIES_LEFT, default=MODEL_DEFAULT_RETRIES_LEFT
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -608,14 +670,15 @@ class Task(models.Model):
         db_table = "zoekt_tasks"
         indexes = [
             models.Index(fields=["state"], name="zoekt_tasks_state"),
-            models.Index(fields=["zoekt_node_id", "state", "perform_at"],
-                         name="zoekt_tasks_node_state_perform"),
+            models.Index(
+                fields=["zoekt_node_id", "state", "perform_at"],
+                name="zoekt_tasks_node_state_perform",
+            ),
             models.Index(fields=["zoekt_repository_id"], name="zoekt_tasks_repository_id"),
         ]
         constraints = [
             models.CheckConstraint(
-                condition=GreaterThan(models.F("retries_left"), 0)
-                | Q(retries_left=0, state=255),
+                condition=GreaterThan(models.F("retries_left"), 0) | Q(retries_left=0, state=255),
                 name="check_zoekt_tasks_retries_left",
             ),
         ]
@@ -641,14 +704,17 @@ class ApplicationSetting(models.Model):
     zoekt_indexing_enabled = models.BooleanField("Enable indexing", default=False)
     zoekt_search_enabled = models.BooleanField("Enable searching", default=False)
     zoekt_indexing_paused = models.BooleanField(
-        "Pause indexing", default=False,
+        "Pause indexing",
+        default=False,
         help_text="Stops the scheduler, rollout, event jobs and task hand-out; "
-                  "heartbeats answer stop_indexing.",
+        "heartbeats answer stop_indexing.",
     )
     zoekt_auto_index_root_namespace = models.BooleanField(
         "Index root namespaces automatically", default=False
     )
-    zoekt_cache_response = models.BooleanField("Cache search results for five minutes", default=True)
+    zoekt_cache_response = models.BooleanField(
+        "Cache search results for five minutes", default=True
+    )
     zoekt_cpu_to_tasks_ratio = models.FloatField("Indexing CPU to tasks multiplier", default=1.0)
     zoekt_force_reindexing_percentage = models.FloatField(
         "Probability (in %) that an index task becomes a force-reindex", default=0.25
@@ -656,29 +722,42 @@ class ApplicationSetting(models.Model):
     zoekt_indexing_parallelism = models.IntegerField(
         "Number of parallel processes per indexing task", default=1
     )
-    zoekt_rollout_batch_size = models.IntegerField("Number of namespaces per indexing rollout",
-                                                   default=32)
+    zoekt_rollout_batch_size = models.IntegerField(
+        "Number of namespaces per indexing rollout", default=32
+    )
     zoekt_lost_node_threshold = models.CharField(
-        "Offline nodes automatically deleted after", max_length=32, default="12h", blank=True,
+        "Offline nodes automatically deleted after",
+        max_length=32,
+        default="12h",
+        blank=True,
         help_text="A duration such as 30m, 12h or 2d; 0 disables lost-node handling.",
     )
     zoekt_indexing_timeout = models.CharField(
-        "Indexing timeout per project", max_length=32, default="30m",
+        "Indexing timeout per project",
+        max_length=32,
+        default="30m",
         help_text="A duration such as 30m, 1h or 1d.",
     )
-    zoekt_maximum_files = models.IntegerField("Maximum number of files per project to be indexed",
-                                              default=500_000)
+    zoekt_maximum_files = models.IntegerField(
+        "Maximum number of files per project to be indexed", default=500_000
+    )
     zoekt_indexed_file_size_limit = models.CharField(
-        "Maximum file size for indexing", max_length=32, default="1MB",
+        "Maximum file size for indexing",
+        max_length=32,
+        default="1MB",
         help_text="A size such as 512KB, 1MB or 2GB (binary units).",
     )
     zoekt_trigram_max = models.IntegerField("Maximum number of trigrams per file", default=20_000)
     zoekt_rollout_retry_interval = models.CharField(
-        "Retry interval for failed namespaces", max_length=32, default="1d", blank=True,
+        "Retry interval for failed namespaces",
+        max_length=32,
+        default="1d",
+        blank=True,
         help_text="A duration such as 30m, 12h or 1d; 0 means never retry.",
     )
-    zoekt_default_number_of_replicas = models.IntegerField("Number of replicas per namespace",
-                                                           default=1)
+    zoekt_default_number_of_replicas = models.IntegerField(
+        "Number of replicas per namespace", default=1
+    )
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -687,23 +766,33 @@ class ApplicationSetting(models.Model):
         verbose_name_plural = "application settings"
         constraints = [
             models.CheckConstraint(condition=Q(id=1), name="check_application_settings_singleton"),
-            models.CheckConstraint(condition=Q(zoekt_cpu_to_tasks_ratio__gt=0),
-                                   name="check_zoekt_cpu_to_tasks_ratio_positive"),
+            models.CheckConstraint(
+                condition=Q(zoekt_cpu_to_tasks_ratio__gt=0),
+                name="check_zoekt_cpu_to_tasks_ratio_positive",
+            ),
             models.CheckConstraint(
                 condition=Q(zoekt_force_reindexing_percentage__gte=0)
                 & Q(zoekt_force_reindexing_percentage__lte=100),
                 name="check_zoekt_force_reindexing_percentage_range",
             ),
-            models.CheckConstraint(condition=Q(zoekt_indexing_parallelism__gt=0),
-                                   name="check_zoekt_indexing_parallelism_positive"),
-            models.CheckConstraint(condition=Q(zoekt_rollout_batch_size__gt=0),
-                                   name="check_zoekt_rollout_batch_size_positive"),
-            models.CheckConstraint(condition=Q(zoekt_maximum_files__gt=0),
-                                   name="check_zoekt_maximum_files_positive"),
-            models.CheckConstraint(condition=Q(zoekt_trigram_max__gt=0),
-                                   name="check_zoekt_trigram_max_positive"),
-            models.CheckConstraint(condition=Q(zoekt_default_number_of_replicas__gt=0),
-                                   name="check_zoekt_default_number_of_replicas_positive"),
+            models.CheckConstraint(
+                condition=Q(zoekt_indexing_parallelism__gt=0),
+                name="check_zoekt_indexing_parallelism_positive",
+            ),
+            models.CheckConstraint(
+                condition=Q(zoekt_rollout_batch_size__gt=0),
+                name="check_zoekt_rollout_batch_size_positive",
+            ),
+            models.CheckConstraint(
+                condition=Q(zoekt_maximum_files__gt=0), name="check_zoekt_maximum_files_positive"
+            ),
+            models.CheckConstraint(
+                condition=Q(zoekt_trigram_max__gt=0), name="check_zoekt_trigram_max_positive"
+            ),
+            models.CheckConstraint(
+                condition=Q(zoekt_default_number_of_replicas__gt=0),
+                name="check_zoekt_default_number_of_replicas_positive",
+            ),
         ]
 
     def __str__(self) -> str:

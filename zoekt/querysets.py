@@ -76,7 +76,7 @@ class NodeQuerySet(models.QuerySet):
 
     # --- capacity ------------------------------------------------------------------------
     def with_unclaimed_storage_bytes(self) -> NodeQuerySet:
-        """Annotate ``annotated_reserved_storage_bytes`` and ``annotated_unclaimed_storage_bytes``."""
+        """Annotate ``annotated_reserved_storage_bytes`` and ``annotated_unclaimed_...``."""
         Index = _model("Index")
         reserved = (
             Index.objects.filter(zoekt_node=OuterRef("pk"))
@@ -143,11 +143,15 @@ class EnabledNamespaceQuerySet(models.QuerySet):
 
     def with_mismatched_replicas(self, default_number_of_replicas: int) -> EnabledNamespaceQuerySet:
         """Replica count (any state) differs from the override, else from the default."""
-        return self.with_replica_count().annotate(
-            desired_replicas=Coalesce(
-                F("number_of_replicas_override"), Value(default_number_of_replicas)
+        return (
+            self.with_replica_count()
+            .annotate(
+                desired_replicas=Coalesce(
+                    F("number_of_replicas_override"), Value(default_number_of_replicas)
+                )
             )
-        ).exclude(replica_count=F("desired_replicas"))
+            .exclude(replica_count=F("desired_replicas"))
+        )
 
     def with_rollout_allowed(
         self, retry_interval_seconds: int | None, now: datetime | None = None
@@ -180,13 +184,17 @@ class ReplicaQuerySet(models.QuerySet):
     def with_non_ready_indices(self) -> ReplicaQuerySet:
         Index = _model("Index")
         return self.filter(
-            Exists(Index.objects.filter(zoekt_replica=OuterRef("pk")).exclude(state=Index.State.READY))
+            Exists(
+                Index.objects.filter(zoekt_replica=OuterRef("pk")).exclude(state=Index.State.READY)
+            )
         )
 
     def with_all_ready_indices(self) -> ReplicaQuerySet:
         """At least one index, and every index ready."""
         Index = _model("Index")
-        not_ready = Index.objects.filter(zoekt_replica=OuterRef("pk")).exclude(state=Index.State.READY)
+        not_ready = Index.objects.filter(zoekt_replica=OuterRef("pk")).exclude(
+            state=Index.State.READY
+        )
         return self.filter(self._has_index()).exclude(Exists(not_ready))
 
 
@@ -247,13 +255,19 @@ class IndexQuerySet(models.QuerySet):
         ).annotate(
             sql_watermark_level=Case(
                 When(no_reservation, then=Value(Level.CRITICAL_WATERMARK_EXCEEDED)),
-                When(watermark_ratio__lt=capacity.STORAGE_IDEAL_PERCENT_USED,
-                     then=Value(Level.OVERPROVISIONED)),
+                When(
+                    watermark_ratio__lt=capacity.STORAGE_IDEAL_PERCENT_USED,
+                    then=Value(Level.OVERPROVISIONED),
+                ),
                 When(watermark_ratio__lt=capacity.STORAGE_LOW_WATERMARK, then=Value(Level.HEALTHY)),
-                When(watermark_ratio__lt=capacity.STORAGE_HIGH_WATERMARK,
-                     then=Value(Level.LOW_WATERMARK_EXCEEDED)),
-                When(watermark_ratio__lt=capacity.STORAGE_CRITICAL_WATERMARK,
-                     then=Value(Level.HIGH_WATERMARK_EXCEEDED)),
+                When(
+                    watermark_ratio__lt=capacity.STORAGE_HIGH_WATERMARK,
+                    then=Value(Level.LOW_WATERMARK_EXCEEDED),
+                ),
+                When(
+                    watermark_ratio__lt=capacity.STORAGE_CRITICAL_WATERMARK,
+                    then=Value(Level.HIGH_WATERMARK_EXCEEDED),
+                ),
                 default=Value(Level.CRITICAL_WATERMARK_EXCEEDED),
                 output_field=models.SmallIntegerField(),
             )

@@ -89,7 +89,9 @@ if not REDIS_URL:
         "(starting an embedded Redis when needed)."
     )
 
-DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)}
+DATABASES = {
+    "default": dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)
+}
 DATABASES["default"].setdefault("TEST", {})
 DATABASES["default"]["TEST"]["NAME"] = env_str("DATABASE_TEST_NAME") or (
     f"test_{DATABASES['default']['NAME']}"
@@ -120,6 +122,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -157,6 +160,10 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = Path(os.environ.get("DJANGO_STATIC_ROOT", BASE_DIR / "var" / "static"))
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
+}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REST_FRAMEWORK = {
@@ -171,7 +178,9 @@ SPECTACULAR_SETTINGS = {
 # --- Celery -----------------------------------------------------------------
 # Beat entries are declared in code (zoekt.celery.BEAT_SCHEDULE) and stored
 # by django-celery-beat's database scheduler, where the admin can edit them.
-CELERY_BROKER_URL = redis_url_for_celery(redis_url_with_db(REDIS_URL, 0))
+CELERY_BROKER_URL = redis_url_for_celery(
+    redis_url_with_db(REDIS_URL, int(os.environ.get("REDIS_BROKER_DB", "0")))
+)
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TIMEZONE = "UTC"

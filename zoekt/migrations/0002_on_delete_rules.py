@@ -45,7 +45,10 @@ ALTER TABLE {table} ADD CONSTRAINT fk_{table}_{column}
 def _sql(rule_for):
     return "\n".join(
         _TEMPLATE.format(
-            table=table, column=column, ref=ref, rule=rule_for(rule),
+            table=table,
+            column=column,
+            ref=ref,
+            rule=rule_for(rule),
             deferrable=" DEFERRABLE INITIALLY DEFERRED",
         )
         for table, column, ref, rule in RULES

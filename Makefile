@@ -1,0 +1,36 @@
+# Two commands on a fresh machine (Python 3.11+ and make):
+#   make run    serve the admin at http://127.0.0.1:8000/admin/ with a worker and beat
+#   make test   lint, migration check and the whole test suite
+# Both use DATABASE_URL / REDIS_URL when set, and embedded servers under ./var/ when not.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: install run test lint format check-migrations clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[embedded,run,dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+run: install
+	$(BIN)/python -m zoekt.devservers run
+
+test: install lint
+	$(BIN)/python -m zoekt.devservers test -- $(PYTEST_ARGS)
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: install
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+clean:
+	rm -rf $(VENV) var .pytest_cache .ruff_cache

@@ -1,0 +1,118 @@
+"""A real Celery worker and a real beat, against the real Redis, run a periodic task.
+
+The beat reads its schedule from the database (django-celery-beat), so the
+test stores a one-second entry for ``zoekt.update_replica_states`` there, as
+an operator would in the admin, and waits for the worker's effect: a pending
+replica whose indices are all ready becomes ready.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+from django.conf import settings
+from django.db import connection
+from django_celery_beat.models import IntervalSchedule, PeriodicTask
+
+from tests.factories import IndexFactory, ReplicaFactory
+from zoekt.celery import BEAT_SCHEDULE
+from zoekt.models import Index, Replica
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+
+
+def _test_database_url() -> str:
+    db = connection.settings_dict
+    host = quote(db["HOST"] or "", safe="")
+    port = f":{db['PORT']}" if db.get("PORT") else ""
+    password = f":{quote(db['PASSWORD'])}" if db.get("PASSWORD") else ""
+    return f"postgres://{quote(db['USER'] or '')}{password}@{host}{port}/{db['NAME']}"
+
+
+def _spawn(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "zoekt", *args],
+        cwd=ROOT,
+        env=env,
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+    )
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def test_worker_and_beat_run_a_periodic_task_whose_effect_reaches_the_database(tmp_path):
+    replica = ReplicaFactory()
+    IndexFactory(zoekt_replica=replica, state=Index.State.READY)
+    IndexFactory(zoekt_replica=replica, state=Index.State.READY)
+    untouched = ReplicaFactory()  # no indices: must stay pending
+    every_second, _ = IntervalSchedule.objects.get_or_create(
+        every=1, period=IntervalSchedule.SECONDS
+    )
+    PeriodicTask.objects.create(
+        name="test-fast-replica-states", task="zoekt.update_replica_states", interval=every_second
+    )
+
+    queue = f"test-{uuid.uuid4().hex[:8]}"
+    env = {
+        **os.environ,
+        "DATABASE_URL": _test_database_url(),
+        "REDIS_URL": os.environ["REDIS_URL"],
+        "REDIS_BROKER_DB": "14",
+        "CELERY_QUEUE": queue,
+        "DJANGO_SECRET_KEY": settings.SECRET_KEY,
+    }
+    env.pop("DJANGO_SECRET_KEY_FILE", None)
+    worker = _spawn(
+        [
+            "worker",
+            "--loglevel",
+            "INFO",
+            "--pool",
+            "solo",
+            "-Q",
+            queue,
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+        ],
+        env,
+        tmp_path / "worker.log",
+    )
+    beat = _spawn(["beat", "--loglevel", "INFO", "--max-interval", "1"], env, tmp_path / "beat.log")
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            replica.refresh_from_db()
+            if replica.state == Replica.State.READY:
+                break
+            assert worker.poll() is None, (tmp_path / "worker.log").read_text()[-3000:]
+            assert beat.poll() is None, (tmp_path / "beat.log").read_text()[-3000:]
+            time.sleep(0.5)
+    finally:
+        _stop(beat)
+        _stop(worker)
+
+    logs = (tmp_path / "worker.log").read_text()
+    assert replica.state == Replica.State.READY, logs[-3000:]
+    untouched.refresh_from_db()
+    assert untouched.state == Replica.State.PENDING
+    assert '"replicas_marked_ready": 1' in logs
+    # The entries declared in code were stored in the database by the beat.
+    stored = set(PeriodicTask.objects.values_list("name", flat=True))
+    assert set(BEAT_SCHEDULE) <= stored, stored
