@@ -1,0 +1,22 @@
+# One image for every role (web, worker, beat, migrate); the command picks the role.
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
+WORKDIR /app
+
+COPY pyproject.toml README.md ./
+COPY zoekt ./zoekt
+COPY planner ./planner
+COPY eviction ./eviction
+COPY api ./api
+COPY templates ./templates
+COPY manage.py Procfile ./
+RUN pip install . && DJANGO_SECRET_KEY=build DATABASE_URL=postgres://build/build \
+    REDIS_URL=redis://build:6379/0 DJANGO_STATIC_ROOT=/app/static \
+    python manage.py collectstatic --no-input -v 0
+
+ENV DJANGO_STATIC_ROOT=/app/static
+RUN useradd --system --home /app zoekt
+USER zoekt
+EXPOSE 8000
+CMD ["gunicorn", "zoekt.wsgi", "--bind", "0.0.0.0:8000", "--workers", "2", "--access-logfile", "-"]
