@@ -7,7 +7,7 @@ numbers are GitLab's (reference sections 1.1, 1.4, 2.2, 4).
 from __future__ import annotations
 
 import enum
-import math
+from decimal import ROUND_HALF_UP, Decimal
 
 GIB = 1024**3
 
@@ -89,7 +89,9 @@ def concurrency_limit(
     if concurrency_override and concurrency_override > 0:
         return int(concurrency_override)
     # Ruby's round(): halves away from zero, unlike Python's banker's rounding.
-    computed = math.floor((concurrency or 0) * cpu_to_tasks_ratio + 0.5)
+    # Decimal(float) is exact, so no "+ 0.5" can round 0.49999999999999994 up.
+    product = Decimal((concurrency or 0) * cpu_to_tasks_ratio)
+    computed = int(product.to_integral_value(rounding=ROUND_HALF_UP))
     if computed == 0:
         return DEFAULT_CONCURRENCY_LIMIT
     return min(computed, MAX_CONCURRENCY_LIMIT)

@@ -193,6 +193,8 @@ def cmd_run(env: dict[str, str]) -> int:
         if code != 0:
             return code
     say("admin at http://127.0.0.1:8000/admin/ (Ctrl-C stops everything)")
+    # The Procfile names gunicorn and celery: find them next to this interpreter.
+    env = {**env, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"}
     return run_child([_bin("honcho"), "start", "-f", str(ROOT / "Procfile")], env)
 
 

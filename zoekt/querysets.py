@@ -11,6 +11,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from django.apps import apps
+from django.conf import settings
 from django.db import models
 from django.db.models import (
     Case,
@@ -117,14 +118,20 @@ class NodeQuerySet(models.QuerySet):
         # used / total >= limit  <=>  used >= limit * total, for total > 0.
         return self.filter(total_bytes__gt=0, used_bytes__gte=F("total_bytes") * limit)
 
-    def low_watermark_exceeded(self, development: bool = False) -> NodeQuerySet:
-        return self._percent_at_least(capacity.watermark_limits(development)[0])
+    # ``development`` None follows settings.ZOEKT_DEVELOPMENT_WATERMARKS, as the model does.
+    def _limit(self, which: int, development: bool | None) -> float:
+        if development is None:
+            development = bool(getattr(settings, "ZOEKT_DEVELOPMENT_WATERMARKS", False))
+        return capacity.watermark_limits(development)[which]
 
-    def high_watermark_exceeded(self, development: bool = False) -> NodeQuerySet:
-        return self._percent_at_least(capacity.watermark_limits(development)[1])
+    def low_watermark_exceeded(self, development: bool | None = None) -> NodeQuerySet:
+        return self._percent_at_least(self._limit(0, development))
 
-    def critical_watermark_exceeded(self, development: bool = False) -> NodeQuerySet:
-        return self._percent_at_least(capacity.watermark_limits(development)[2])
+    def high_watermark_exceeded(self, development: bool | None = None) -> NodeQuerySet:
+        return self._percent_at_least(self._limit(1, development))
+
+    def critical_watermark_exceeded(self, development: bool | None = None) -> NodeQuerySet:
+        return self._percent_at_least(self._limit(2, development))
 
 
 class EnabledNamespaceQuerySet(models.QuerySet):

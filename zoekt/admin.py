@@ -1,0 +1,661 @@
+"""The Django admin: what an operator scans to see the state of the fleet.
+
+Everything a heartbeat, callback or background job writes is shown read-only;
+the operator edits only what GitLab lets an administrator edit: an enabled
+namespace's ``search`` switch and replica override, and the application
+settings (a single row). Indices, repositories and tasks are view-only, and
+nodes register themselves through heartbeats, so none of them can be added
+here.
+
+The node changelist computes its columns (index count, unclaimed storage) in
+the one SQL query that fetches the rows, so it costs the same number of
+queries for 3 nodes as for 3,000. Liveness (online/offline) follows GitLab's
+30-second rule read from ``zoekt.clock``.
+"""
+
+from __future__ import annotations
+
+import json
+
+from django import forms
+from django.conf import settings
+from django.contrib import admin
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db.models import Case, Count, F, FloatField, Q, Value, When
+from django.db.models.fields.json import KeyTextTransform
+from django.db.models.functions import Cast
+from django.shortcuts import redirect
+from django.template.defaultfilters import filesizeformat
+from django.urls import reverse
+from django.utils.html import format_html
+
+from zoekt import app_settings, capacity
+from zoekt.capacity import NodeWatermark
+from zoekt.models import (
+    ApplicationSetting,
+    EnabledNamespace,
+    Index,
+    Namespace,
+    NamespaceRootStorageStatistics,
+    Node,
+    Project,
+    ProjectStatistics,
+    Replica,
+    Repository,
+    Task,
+)
+
+admin.site.site_header = "zoekt-control"
+admin.site.site_title = "zoekt-control admin"
+admin.site.index_title = "Zoekt fleet administration"
+
+EMPTY = "-"
+TIMESTAMPS = ("created_at", "updated_at")
+
+
+# ----------------------------------------------------------------------------
+# Formatting helpers
+# ----------------------------------------------------------------------------
+
+
+def human_bytes(value: int | None) -> str:
+    """A byte count as ``1.5 GB`` (binary units); negative counts keep their sign."""
+    if value is None:
+        return EMPTY
+    value = int(value)
+    if value < 0:
+        return f"-{filesizeformat(-value)}"
+    return filesizeformat(value)
+
+
+def bytes_cell(value: int | None) -> str:
+    """``human_bytes`` with the exact count in a tooltip."""
+    if value is None:
+        return EMPTY
+    return format_html('<span title="{} bytes">{}</span>', value, human_bytes(value))
+
+
+def percent(ratio: float | None) -> str:
+    if ratio is None:
+        return EMPTY
+    return f"{ratio * 100:.1f}%"
+
+
+def coloured(label: str, colour: str) -> str:
+    return format_html('<strong style="color: {};">{}</strong>', colour, label)
+
+
+def admin_link(obj, label: object | None = None) -> str:
+    """A link to ``obj``'s change page in this admin."""
+    if obj is None:
+        return EMPTY
+    opts = obj._meta
+    url = reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[obj.pk])
+    return format_html('<a href="{}">{}</a>', url, obj if label is None else label)
+
+
+def changelist_link(model, label: object, **params) -> str:
+    """A link to ``model``'s changelist filtered by ``params``."""
+    opts = model._meta
+    url = reverse(f"admin:{opts.app_label}_{opts.model_name}_changelist")
+    query = "&".join(f"{key}={value}" for key, value in params.items())
+    return format_html('<a href="{}?{}">{}</a>', url, query, label)
+
+
+def pretty_json(value) -> str:
+    return format_html(
+        '<pre style="margin: 0;">{}</pre>', json.dumps(value, indent=2, sort_keys=True)
+    )
+
+
+NODE_WATERMARK_COLOURS = {
+    NodeWatermark.NORMAL: "#2e7d32",
+    NodeWatermark.LOW: "#b8860b",
+    NodeWatermark.HIGH: "#e65100",
+    NodeWatermark.CRITICAL: "#c62828",
+}
+
+INDEX_WATERMARK_COLOURS = {
+    Index.WatermarkLevel.HEALTHY: "#2e7d32",
+    Index.WatermarkLevel.OVERPROVISIONED: "#1565c0",
+    Index.WatermarkLevel.LOW_WATERMARK_EXCEEDED: "#b8860b",
+    Index.WatermarkLevel.HIGH_WATERMARK_EXCEEDED: "#e65100",
+    Index.WatermarkLevel.CRITICAL_WATERMARK_EXCEEDED: "#c62828",
+}
+
+
+def _development_watermarks() -> bool:
+    return bool(getattr(settings, "ZOEKT_DEVELOPMENT_WATERMARKS", False))
+
+
+# used_bytes / total_bytes in SQL (0 when the node reports no disk), for sorting.
+STORAGE_PERCENT_USED = Case(
+    When(total_bytes__gt=0, then=Cast("used_bytes", FloatField()) / F("total_bytes")),
+    default=Value(0.0),
+    output_field=FloatField(),
+)
+
+
+class SaveChangedFieldsMixin:
+    """Save only the fields the operator changed, never stale copies of the rest.
+
+    A heartbeat or job may update the row between the admin loading the form
+    and saving it; a full ``save()`` would write the old values back.
+    """
+
+    def save_model(self, request, obj, form, change):
+        if not change:
+            super().save_model(request, obj, form, change)
+            return
+        fields = [name for name in form.changed_data if name in form.instance._meta._forward_fields_map]
+        if fields:
+            obj.save(update_fields=[*fields, "updated_at"])
+
+
+class ViewOnlyMixin:
+    """Rows the control plane writes and the operator only inspects."""
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+# ----------------------------------------------------------------------------
+# GitLab's core model
+# ----------------------------------------------------------------------------
+
+
+@admin.register(Namespace)
+class NamespaceAdmin(admin.ModelAdmin):
+    list_display = ("id", "name", "path", "type", "parent_link", "traversal_ids", "archived",
+                    "created_at")
+    list_filter = ("type", "archived")
+    search_fields = ("name", "path", "id__exact")
+    list_select_related = ("parent",)
+    raw_id_fields = ("parent",)
+    readonly_fields = ("traversal_ids", *TIMESTAMPS)
+    fields = ("name", "path", "type", "parent", "traversal_ids", "visibility_level", "archived",
+              *TIMESTAMPS)
+
+    @admin.display(description="parent", ordering="parent_id")
+    def parent_link(self, obj: Namespace) -> str:
+        return admin_link(obj.parent)
+
+    def get_readonly_fields(self, request, obj=None):
+        # Moving a namespace would leave its descendants' traversal ids stale.
+        if obj is not None:
+            return (*self.readonly_fields, "parent")
+        return self.readonly_fields
+
+    def save_model(self, request, obj, form, change):
+        super().save_model(request, obj, form, change)
+        if not change:
+            parent_ids = list(obj.parent.traversal_ids) if obj.parent_id else []
+            obj.traversal_ids = [*parent_ids, obj.id]
+            obj.save(update_fields=["traversal_ids"])
+
+
+@admin.register(Project)
+class ProjectAdmin(admin.ModelAdmin):
+    list_display = ("id", "name", "path", "namespace", "project_namespace_id", "visibility_level",
+                    "archived", "created_at")
+    list_filter = ("archived",)
+    search_fields = ("name", "path", "id__exact")
+    list_select_related = ("namespace",)
+    raw_id_fields = ("namespace", "project_namespace")
+    readonly_fields = TIMESTAMPS
+
+
+@admin.register(ProjectStatistics)
+class ProjectStatisticsAdmin(admin.ModelAdmin):
+    list_display = ("id", "project", "namespace_id", "repository_size_display",
+                    "storage_size_display", "updated_at")
+    search_fields = ("project__name", "project_id__exact", "namespace_id__exact")
+    list_select_related = ("project",)
+    raw_id_fields = ("project",)
+    readonly_fields = ("updated_at",)
+
+    @admin.display(description="repository size", ordering="repository_size")
+    def repository_size_display(self, obj: ProjectStatistics) -> str:
+        return bytes_cell(obj.repository_size)
+
+    @admin.display(description="storage size", ordering="storage_size")
+    def storage_size_display(self, obj: ProjectStatistics) -> str:
+        return bytes_cell(obj.storage_size)
+
+
+@admin.register(NamespaceRootStorageStatistics)
+class NamespaceRootStorageStatisticsAdmin(admin.ModelAdmin):
+    list_display = ("namespace", "repository_size_display", "storage_size_display", "updated_at")
+    search_fields = ("namespace__name", "namespace__path", "namespace_id__exact")
+    list_select_related = ("namespace",)
+    raw_id_fields = ("namespace",)
+    readonly_fields = ("updated_at",)
+
+    @admin.display(description="repository size", ordering="repository_size")
+    def repository_size_display(self, obj: NamespaceRootStorageStatistics) -> str:
+        return bytes_cell(obj.repository_size)
+
+    @admin.display(description="storage size", ordering="storage_size")
+    def storage_size_display(self, obj: NamespaceRootStorageStatistics) -> str:
+        return bytes_cell(obj.storage_size)
+
+
+# ----------------------------------------------------------------------------
+# Nodes
+# ----------------------------------------------------------------------------
+
+
+class OnlineFilter(admin.SimpleListFilter):
+    """Seen within the last 30 s (by ``zoekt.clock``), or not."""
+
+    title = "liveness"
+    parameter_name = "liveness"
+
+    def lookups(self, request, model_admin):
+        return (("online", "Online"), ("offline", "Offline"))
+
+    def queryset(self, request, queryset):
+        if self.value() == "online":
+            return queryset.online()
+        if self.value() == "offline":
+            return queryset.offline()
+        return queryset
+
+
+class DiskWatermarkFilter(admin.SimpleListFilter):
+    """The node's disk bucket; each node falls in its highest one only."""
+
+    title = "disk watermark"
+    parameter_name = "disk_watermark"
+
+    def lookups(self, request, model_admin):
+        return [(level.value, level.value) for level in NodeWatermark]
+
+    def queryset(self, request, queryset):
+        value = self.value()
+        if value is None:
+            return queryset
+        low, high, critical = capacity.watermark_limits(_development_watermarks())
+
+        def at_least(limit: float) -> Q:
+            # used / total >= limit  <=>  used >= limit * total, for total > 0.
+            return Q(total_bytes__gt=0, used_bytes__gte=F("total_bytes") * limit)
+
+        if value == NodeWatermark.CRITICAL:
+            return queryset.filter(at_least(critical))
+        if value == NodeWatermark.HIGH:
+            return queryset.filter(at_least(high)).exclude(at_least(critical))
+        if value == NodeWatermark.LOW:
+            return queryset.filter(at_least(low)).exclude(at_least(high))
+        if value == NodeWatermark.NORMAL:
+            return queryset.exclude(at_least(low))
+        return queryset
+
+
+@admin.register(Node)
+class NodeAdmin(SaveChangedFieldsMixin, admin.ModelAdmin):
+    list_display = ("name_display", "uuid", "disk_percent_used", "disk_watermark", "online",
+                    "index_count", "unclaimed_storage", "last_seen_at", "version_display",
+                    "schema_version")
+    list_filter = (OnlineFilter, DiskWatermarkFilter, "schema_version")
+    search_fields = ("uuid", "metadata__name", "index_base_url", "search_base_url")
+    ordering = ("id",)
+    fieldsets = (
+        ("Identity", {"fields": ("uuid", "name_display", "version_display", "index_base_url",
+                                 "search_base_url", "services", "schema_version")}),
+        ("Liveness", {"fields": ("last_seen_at", "online")}),
+        ("Disk", {"fields": ("total_bytes_display", "used_bytes_display", "indexed_bytes_display",
+                             "disk_percent_used", "disk_watermark")}),
+        ("Capacity", {"fields": ("usable_storage_bytes_display", "reserved_storage",
+                                 "unclaimed_storage", "index_count",
+                                 "usable_storage_bytes_locked_until")}),
+        ("Reported metadata", {"fields": ("metadata_display",)}),
+        ("Record", {"fields": TIMESTAMPS}),
+    )
+    # Every column a heartbeat writes; the lock is the one operator knob.
+    readonly_fields = (
+        "uuid", "index_base_url", "search_base_url", "services", "schema_version",
+        "last_seen_at", "metadata", "used_bytes", "total_bytes", "indexed_bytes",
+        "usable_storage_bytes", *TIMESTAMPS,
+        "name_display", "version_display", "online", "total_bytes_display",
+        "used_bytes_display", "indexed_bytes_display", "disk_percent_used", "disk_watermark",
+        "usable_storage_bytes_display", "reserved_storage", "unclaimed_storage", "index_count",
+        "metadata_display",
+    )
+
+    def has_add_permission(self, request):
+        return False  # nodes register themselves with their first heartbeat
+
+    def get_queryset(self, request):
+        return (
+            super()
+            .get_queryset(request)
+            .with_unclaimed_storage_bytes()
+            .annotate(annotated_index_count=Count("indices"))
+        )
+
+    @admin.display(description="name", ordering=KeyTextTransform("name", "metadata"))
+    def name_display(self, obj: Node) -> str:
+        return obj.name
+
+    @admin.display(description="version", ordering=KeyTextTransform("version", "metadata"))
+    def version_display(self, obj: Node) -> str | None:
+        return obj.version
+
+    @admin.display(description="disk used", ordering=STORAGE_PERCENT_USED)
+    def disk_percent_used(self, obj: Node) -> str:
+        return percent(obj.storage_percent_used)
+
+    @admin.display(description="disk watermark", ordering=STORAGE_PERCENT_USED)
+    def disk_watermark(self, obj: Node) -> str:
+        level = obj.watermark
+        return coloured(level.value, NODE_WATERMARK_COLOURS[level])
+
+    @admin.display(description="online", boolean=True, ordering="last_seen_at")
+    def online(self, obj: Node) -> bool:
+        return obj.is_online()
+
+    @admin.display(description="indices", ordering="annotated_index_count")
+    def index_count(self, obj: Node) -> str:
+        count = getattr(obj, "annotated_index_count", None)
+        if count is None:
+            count = obj.indices.count()
+        return changelist_link(Index, count, zoekt_node__id__exact=obj.pk)
+
+    @admin.display(description="unclaimed storage", ordering="annotated_unclaimed_storage_bytes")
+    def unclaimed_storage(self, obj: Node) -> str:
+        return bytes_cell(obj.unclaimed_storage_bytes)
+
+    @admin.display(description="reserved storage (all indices)")
+    def reserved_storage(self, obj: Node) -> str:
+        return bytes_cell(obj.reserved_storage_bytes)
+
+    @admin.display(description="total disk")
+    def total_bytes_display(self, obj: Node) -> str:
+        return bytes_cell(obj.total_bytes)
+
+    @admin.display(description="used disk")
+    def used_bytes_display(self, obj: Node) -> str:
+        return bytes_cell(obj.used_bytes)
+
+    @admin.display(description="indexed (Zoekt files)")
+    def indexed_bytes_display(self, obj: Node) -> str:
+        return bytes_cell(obj.indexed_bytes)
+
+    @admin.display(description="usable storage")
+    def usable_storage_bytes_display(self, obj: Node) -> str:
+        return bytes_cell(obj.usable_storage_bytes)
+
+    @admin.display(description="metadata")
+    def metadata_display(self, obj: Node) -> str:
+        return pretty_json(obj.metadata)
+
+
+# ----------------------------------------------------------------------------
+# Enabled namespaces and replicas
+# ----------------------------------------------------------------------------
+
+
+class RolloutFailedFilter(admin.SimpleListFilter):
+    title = "rollout failed"
+    parameter_name = "rollout_failed"
+
+    def lookups(self, request, model_admin):
+        return (("yes", "Yes"), ("no", "No"))
+
+    def queryset(self, request, queryset):
+        if self.value() == "yes":
+            return queryset.filter(last_rollout_failed_at__isnull=False)
+        if self.value() == "no":
+            return queryset.filter(last_rollout_failed_at__isnull=True)
+        return queryset
+
+
+class EnabledNamespaceForm(forms.ModelForm):
+    class Meta:
+        model = EnabledNamespace
+        fields = ("root_namespace", "search", "number_of_replicas_override")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        override = self.fields.get("number_of_replicas_override")
+        if override is not None:
+            override.validators.append(MinValueValidator(1))
+            override.widget.attrs["min"] = 1
+            override.help_text = "Leave blank to use the default number of replicas setting."
+
+
+@admin.register(EnabledNamespace)
+class EnabledNamespaceAdmin(SaveChangedFieldsMixin, admin.ModelAdmin):
+    form = EnabledNamespaceForm
+    list_display = ("id", "root_namespace", "search", "replica_count",
+                    "number_of_replicas_override", "last_rollout_failed_at", "created_at")
+    list_filter = ("search", RolloutFailedFilter)
+    search_fields = ("root_namespace__name", "root_namespace__path", "root_namespace_id__exact")
+    list_select_related = ("root_namespace",)
+    raw_id_fields = ("root_namespace",)
+    fields = ("root_namespace", "search", "number_of_replicas_override", "replica_count",
+              "last_rollout_failed_at", "metadata_display", *TIMESTAMPS)
+    readonly_fields = ("metadata", "last_rollout_failed_at", "replica_count", "metadata_display",
+                       *TIMESTAMPS)
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).with_replica_count()
+
+    def get_readonly_fields(self, request, obj=None):
+        if obj is not None:
+            return ("root_namespace", *self.readonly_fields)
+        return self.readonly_fields
+
+    @admin.display(description="replicas", ordering="replica_count")
+    def replica_count(self, obj: EnabledNamespace) -> str:
+        count = getattr(obj, "replica_count", None)
+        if count is None:
+            if obj.pk is None:
+                return EMPTY
+            count = obj.replicas.count()
+        return changelist_link(Replica, count, zoekt_enabled_namespace__id__exact=obj.pk)
+
+    @admin.display(description="metadata")
+    def metadata_display(self, obj: EnabledNamespace) -> str:
+        return pretty_json(obj.metadata)
+
+
+@admin.register(Replica)
+class ReplicaAdmin(admin.ModelAdmin):
+    list_display = ("id", "enabled_namespace_link", "namespace_id", "state", "index_count",
+                    "created_at", "updated_at")
+    list_filter = ("state",)
+    search_fields = ("namespace_id__exact", "zoekt_enabled_namespace_id__exact")
+    list_select_related = ("zoekt_enabled_namespace",)
+    fields = ("zoekt_enabled_namespace", "namespace", "state", "index_count", *TIMESTAMPS)
+    readonly_fields = fields
+
+    def has_add_permission(self, request):
+        return False  # provisioning creates replicas
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).annotate(annotated_index_count=Count("indices"))
+
+    @admin.display(description="enabled namespace", ordering="zoekt_enabled_namespace_id")
+    def enabled_namespace_link(self, obj: Replica) -> str:
+        return admin_link(obj.zoekt_enabled_namespace)
+
+    @admin.display(description="indices", ordering="annotated_index_count")
+    def index_count(self, obj: Replica) -> str:
+        count = getattr(obj, "annotated_index_count", None)
+        if count is None:
+            count = obj.indices.count()
+        return changelist_link(Index, count, zoekt_replica__id__exact=obj.pk)
+
+
+# ----------------------------------------------------------------------------
+# Indices, repositories and tasks: written by the control plane, view-only
+# ----------------------------------------------------------------------------
+
+
+@admin.register(Index)
+class IndexAdmin(ViewOnlyMixin, admin.ModelAdmin):
+    list_display = ("id", "namespace_id", "node_link", "replica_link", "state",
+                    "watermark_level_display", "used_bytes", "reserved_bytes", "used_percent",
+                    "last_indexed_at")
+    list_filter = ("state", "watermark_level", "zoekt_node")
+    search_fields = ("namespace_id__exact",)
+    list_select_related = ("zoekt_node", "zoekt_replica")
+    fields = ("namespace_id", "zoekt_enabled_namespace", "zoekt_replica", "zoekt_node", "state",
+              "watermark_level_display", "used_bytes", "reserved_bytes", "free_bytes",
+              "used_percent", "used_storage_bytes_updated_at", "last_indexed_at",
+              "metadata_display", *TIMESTAMPS)
+    readonly_fields = fields
+
+    @admin.display(description="node", ordering="zoekt_node_id")
+    def node_link(self, obj: Index) -> str:
+        return admin_link(obj.zoekt_node, obj.zoekt_node.name)
+
+    @admin.display(description="replica", ordering="zoekt_replica_id")
+    def replica_link(self, obj: Index) -> str:
+        return admin_link(obj.zoekt_replica, obj.zoekt_replica_id)
+
+    @admin.display(description="watermark level", ordering="watermark_level")
+    def watermark_level_display(self, obj: Index) -> str:
+        level = Index.WatermarkLevel(obj.watermark_level)
+        return coloured(level.label, INDEX_WATERMARK_COLOURS[level])
+
+    @admin.display(description="used", ordering="used_storage_bytes")
+    def used_bytes(self, obj: Index) -> str:
+        return bytes_cell(obj.used_storage_bytes)
+
+    @admin.display(description="reserved", ordering="reserved_storage_bytes")
+    def reserved_bytes(self, obj: Index) -> str:
+        return bytes_cell(obj.reserved_storage_bytes)
+
+    @admin.display(description="free (reserved - used)")
+    def free_bytes(self, obj: Index) -> str:
+        return bytes_cell(obj.free_storage_bytes)
+
+    @admin.display(description="used / reserved")
+    def used_percent(self, obj: Index) -> str:
+        if not obj.reserved_storage_bytes:
+            return EMPTY
+        return percent(obj.used_storage_bytes / obj.reserved_storage_bytes)
+
+    @admin.display(description="metadata")
+    def metadata_display(self, obj: Index) -> str:
+        return pretty_json(obj.metadata)
+
+
+@admin.register(Repository)
+class RepositoryAdmin(ViewOnlyMixin, admin.ModelAdmin):
+    list_display = ("id", "project_identifier", "index_link", "state", "size", "index_file_count",
+                    "retries_left", "schema_version", "indexed_at")
+    list_filter = ("state",)
+    search_fields = ("project_identifier__exact", "zoekt_index_id__exact")
+    list_select_related = ("zoekt_index",)
+    show_full_result_count = False
+    fields = ("zoekt_index", "project", "project_identifier", "state", "size", "index_file_count",
+              "retries_left", "schema_version", "indexed_at", *TIMESTAMPS)
+    readonly_fields = fields
+
+    @admin.display(description="index", ordering="zoekt_index_id")
+    def index_link(self, obj: Repository) -> str:
+        return admin_link(obj.zoekt_index, obj.zoekt_index_id)
+
+    @admin.display(description="size", ordering="size_bytes")
+    def size(self, obj: Repository) -> str:
+        return bytes_cell(obj.size_bytes)
+
+
+@admin.register(Task)
+class TaskAdmin(ViewOnlyMixin, admin.ModelAdmin):
+    list_display = ("id", "task_type", "state", "zoekt_node_id", "zoekt_repository_id",
+                    "project_identifier", "perform_at", "retries_left", "created_at")
+    list_filter = ("task_type", "state")
+    search_fields = ("zoekt_node_id__exact", "zoekt_repository_id__exact",
+                     "project_identifier__exact")
+    show_full_result_count = False
+    fields = ("task_type", "state", "zoekt_node_id", "zoekt_repository_id", "project_identifier",
+              "partition_id", "perform_at", "retries_left", *TIMESTAMPS)
+    readonly_fields = fields
+
+
+# ----------------------------------------------------------------------------
+# Application settings: a single row
+# ----------------------------------------------------------------------------
+
+
+class ApplicationSettingForm(forms.ModelForm):
+    """Range checks per field, so an error names the field rather than a constraint."""
+
+    POSITIVE_INTEGERS = (
+        "zoekt_indexing_parallelism",
+        "zoekt_rollout_batch_size",
+        "zoekt_maximum_files",
+        "zoekt_trigram_max",
+        "zoekt_default_number_of_replicas",
+    )
+
+    class Meta:
+        model = ApplicationSetting
+        fields = "__all__"
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        for name in self.POSITIVE_INTEGERS:
+            self.fields[name].validators.append(MinValueValidator(1))
+            self.fields[name].widget.attrs["min"] = 1
+        percentage = self.fields["zoekt_force_reindexing_percentage"]
+        percentage.validators += [MinValueValidator(0), MaxValueValidator(100)]
+        percentage.widget.attrs.update(min=0, max=100)
+
+    def clean_zoekt_cpu_to_tasks_ratio(self):
+        value = self.cleaned_data["zoekt_cpu_to_tasks_ratio"]
+        if value is not None and value <= 0:
+            raise ValidationError("must be greater than 0")
+        return value
+
+
+@admin.register(ApplicationSetting)
+class ApplicationSettingAdmin(admin.ModelAdmin):
+    form = ApplicationSettingForm
+    fieldsets = (
+        ("Indexing", {"fields": (
+            "zoekt_indexing_enabled", "zoekt_indexing_paused", "zoekt_auto_index_root_namespace",
+            "zoekt_cpu_to_tasks_ratio", "zoekt_indexing_parallelism", "zoekt_indexing_timeout",
+            "zoekt_force_reindexing_percentage",
+        )}),
+        ("Search", {"fields": ("zoekt_search_enabled", "zoekt_cache_response")}),
+        ("Rollout", {"fields": (
+            "zoekt_rollout_batch_size", "zoekt_rollout_retry_interval",
+            "zoekt_default_number_of_replicas",
+        )}),
+        ("Limits", {"fields": (
+            "zoekt_maximum_files", "zoekt_indexed_file_size_limit", "zoekt_trigram_max",
+        )}),
+        ("Lost nodes", {"fields": ("zoekt_lost_node_threshold",)}),
+        ("Record", {"fields": ("updated_at",)}),
+    )
+    readonly_fields = ("updated_at",)
+
+    def has_add_permission(self, request):
+        return not ApplicationSetting.objects.exists()
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    def changelist_view(self, request, extra_context=None):
+        """There is one row: go straight to it, creating it with the defaults if needed."""
+        if not self.has_view_or_change_permission(request):
+            raise PermissionDenied
+        row = app_settings.load_row()
+        opts = self.model._meta
+        return redirect(reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[row.pk]))
