@@ -11,6 +11,7 @@ from zoekt.models import (
     EnabledNamespace,
     Index,
     Namespace,
+    NamespaceRootStorageStatistics,
     Node,
     Project,
     ProjectStatistics,
@@ -103,6 +104,14 @@ class IndexFactory(factory.django.DjangoModelFactory):
     zoekt_node = factory.SubFactory(NodeFactory)
 
 
+class ReplicalessIndexFactory(IndexFactory):
+    """An index whose replica is gone (evicted or orphaned); it keeps its enabled namespace."""
+
+    zoekt_replica = None
+    zoekt_enabled_namespace = factory.SubFactory(EnabledNamespaceFactory)
+    namespace_id = factory.LazyAttribute(lambda o: o.zoekt_enabled_namespace.root_namespace_id)
+
+
 class RepositoryFactory(factory.django.DjangoModelFactory):
     class Meta:
         model = Repository
@@ -121,3 +130,12 @@ class TaskFactory(factory.django.DjangoModelFactory):
     project_identifier = 1
     task_type = Task.TaskType.INDEX_REPO
     perform_at = factory.LazyFunction(clock.now)
+
+
+class NamespaceRootStorageStatisticsFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = NamespaceRootStorageStatistics
+
+    namespace = factory.SubFactory(GroupFactory)
+    repository_size = 3 * GIB
+    storage_size = 4 * GIB

@@ -10,7 +10,7 @@ from datetime import timedelta
 
 import pytest
 
-from tests.factories import IndexFactory, NodeFactory
+from tests.factories import IndexFactory, NodeFactory, ReplicalessIndexFactory
 from zoekt import app_settings, clock
 from zoekt.clock import EPOCH
 from zoekt.models import ApplicationSetting, Index, Node
@@ -251,7 +251,7 @@ def test_indices_in_every_state_count_against_their_node():
 )
 def test_indices_on_their_way_out_still_hold_their_reservation(state):
     node = node_with_usable_storage(10)
-    IndexFactory(zoekt_node=node, state=state, reserved_storage_bytes=4 * GIB, zoekt_replica=None)
+    ReplicalessIndexFactory(zoekt_node=node, state=state, reserved_storage_bytes=4 * GIB)
     assert node.unclaimed_storage_bytes == 6 * GIB
     assert unclaimed_in_sql(node) == (4 * GIB, 6 * GIB)
 

@@ -148,7 +148,8 @@ class SaveChangedFieldsMixin:
         if not change:
             super().save_model(request, obj, form, change)
             return
-        fields = [name for name in form.changed_data if name in form.instance._meta._forward_fields_map]
+        concrete = {field.name for field in obj._meta.concrete_fields}
+        fields = [name for name in form.changed_data if name in concrete]
         if fields:
             obj.save(update_fields=[*fields, "updated_at"])
 
@@ -173,15 +174,31 @@ class ViewOnlyMixin:
 
 @admin.register(Namespace)
 class NamespaceAdmin(admin.ModelAdmin):
-    list_display = ("id", "name", "path", "type", "parent_link", "traversal_ids", "archived",
-                    "created_at")
+    list_display = (
+        "id",
+        "name",
+        "path",
+        "type",
+        "parent_link",
+        "traversal_ids",
+        "archived",
+        "created_at",
+    )
     list_filter = ("type", "archived")
     search_fields = ("name", "path", "id__exact")
     list_select_related = ("parent",)
     raw_id_fields = ("parent",)
     readonly_fields = ("traversal_ids", *TIMESTAMPS)
-    fields = ("name", "path", "type", "parent", "traversal_ids", "visibility_level", "archived",
-              *TIMESTAMPS)
+    fields = (
+        "name",
+        "path",
+        "type",
+        "parent",
+        "traversal_ids",
+        "visibility_level",
+        "archived",
+        *TIMESTAMPS,
+    )
 
     @admin.display(description="parent", ordering="parent_id")
     def parent_link(self, obj: Namespace) -> str:
@@ -203,8 +220,16 @@ class NamespaceAdmin(admin.ModelAdmin):
 
 @admin.register(Project)
 class ProjectAdmin(admin.ModelAdmin):
-    list_display = ("id", "name", "path", "namespace", "project_namespace_id", "visibility_level",
-                    "archived", "created_at")
+    list_display = (
+        "id",
+        "name",
+        "path",
+        "namespace",
+        "project_namespace_id",
+        "visibility_level",
+        "archived",
+        "created_at",
+    )
     list_filter = ("archived",)
     search_fields = ("name", "path", "id__exact")
     list_select_related = ("namespace",)
@@ -214,8 +239,14 @@ class ProjectAdmin(admin.ModelAdmin):
 
 @admin.register(ProjectStatistics)
 class ProjectStatisticsAdmin(admin.ModelAdmin):
-    list_display = ("id", "project", "namespace_id", "repository_size_display",
-                    "storage_size_display", "updated_at")
+    list_display = (
+        "id",
+        "project",
+        "namespace_id",
+        "repository_size_display",
+        "storage_size_display",
+        "updated_at",
+    )
     search_fields = ("project__name", "project_id__exact", "namespace_id__exact")
     list_select_related = ("project",)
     raw_id_fields = ("project",)
@@ -301,32 +332,90 @@ class DiskWatermarkFilter(admin.SimpleListFilter):
 
 @admin.register(Node)
 class NodeAdmin(SaveChangedFieldsMixin, admin.ModelAdmin):
-    list_display = ("name_display", "uuid", "disk_percent_used", "disk_watermark", "online",
-                    "index_count", "unclaimed_storage", "last_seen_at", "version_display",
-                    "schema_version")
+    list_display = (
+        "name_display",
+        "uuid",
+        "disk_percent_used",
+        "disk_watermark",
+        "online",
+        "index_count",
+        "unclaimed_storage",
+        "last_seen_at",
+        "version_display",
+        "schema_version",
+    )
     list_filter = (OnlineFilter, DiskWatermarkFilter, "schema_version")
     search_fields = ("uuid", "metadata__name", "index_base_url", "search_base_url")
     ordering = ("id",)
     fieldsets = (
-        ("Identity", {"fields": ("uuid", "name_display", "version_display", "index_base_url",
-                                 "search_base_url", "services", "schema_version")}),
+        (
+            "Identity",
+            {
+                "fields": (
+                    "uuid",
+                    "name_display",
+                    "version_display",
+                    "index_base_url",
+                    "search_base_url",
+                    "services",
+                    "schema_version",
+                )
+            },
+        ),
         ("Liveness", {"fields": ("last_seen_at", "online")}),
-        ("Disk", {"fields": ("total_bytes_display", "used_bytes_display", "indexed_bytes_display",
-                             "disk_percent_used", "disk_watermark")}),
-        ("Capacity", {"fields": ("usable_storage_bytes_display", "reserved_storage",
-                                 "unclaimed_storage", "index_count",
-                                 "usable_storage_bytes_locked_until")}),
+        (
+            "Disk",
+            {
+                "fields": (
+                    "total_bytes_display",
+                    "used_bytes_display",
+                    "indexed_bytes_display",
+                    "disk_percent_used",
+                    "disk_watermark",
+                )
+            },
+        ),
+        (
+            "Capacity",
+            {
+                "fields": (
+                    "usable_storage_bytes_display",
+                    "reserved_storage",
+                    "unclaimed_storage",
+                    "index_count",
+                    "usable_storage_bytes_locked_until",
+                )
+            },
+        ),
         ("Reported metadata", {"fields": ("metadata_display",)}),
         ("Record", {"fields": TIMESTAMPS}),
     )
     # Every column a heartbeat writes; the lock is the one operator knob.
     readonly_fields = (
-        "uuid", "index_base_url", "search_base_url", "services", "schema_version",
-        "last_seen_at", "metadata", "used_bytes", "total_bytes", "indexed_bytes",
-        "usable_storage_bytes", *TIMESTAMPS,
-        "name_display", "version_display", "online", "total_bytes_display",
-        "used_bytes_display", "indexed_bytes_display", "disk_percent_used", "disk_watermark",
-        "usable_storage_bytes_display", "reserved_storage", "unclaimed_storage", "index_count",
+        "uuid",
+        "index_base_url",
+        "search_base_url",
+        "services",
+        "schema_version",
+        "last_seen_at",
+        "metadata",
+        "used_bytes",
+        "total_bytes",
+        "indexed_bytes",
+        "usable_storage_bytes",
+        *TIMESTAMPS,
+        "name_display",
+        "version_display",
+        "online",
+        "total_bytes_display",
+        "used_bytes_display",
+        "indexed_bytes_display",
+        "disk_percent_used",
+        "disk_watermark",
+        "usable_storage_bytes_display",
+        "reserved_storage",
+        "unclaimed_storage",
+        "index_count",
         "metadata_display",
     )
 
@@ -338,7 +427,7 @@ class NodeAdmin(SaveChangedFieldsMixin, admin.ModelAdmin):
             super()
             .get_queryset(request)
             .with_unclaimed_storage_bytes()
-            .annotate(annotated_index_count=Count("indices"))
+            
         )
 
     @admin.display(description="name", ordering=KeyTextTransform("name", "metadata"))
@@ -435,16 +524,35 @@ class EnabledNamespaceForm(forms.ModelForm):
 @admin.register(EnabledNamespace)
 class EnabledNamespaceAdmin(SaveChangedFieldsMixin, admin.ModelAdmin):
     form = EnabledNamespaceForm
-    list_display = ("id", "root_namespace", "search", "replica_count",
-                    "number_of_replicas_override", "last_rollout_failed_at", "created_at")
+    list_display = (
+        "id",
+        "root_namespace",
+        "search",
+        "replica_count",
+        "number_of_replicas_override",
+        "last_rollout_failed_at",
+        "created_at",
+    )
     list_filter = ("search", RolloutFailedFilter)
     search_fields = ("root_namespace__name", "root_namespace__path", "root_namespace_id__exact")
     list_select_related = ("root_namespace",)
     raw_id_fields = ("root_namespace",)
-    fields = ("root_namespace", "search", "number_of_replicas_override", "replica_count",
-              "last_rollout_failed_at", "metadata_display", *TIMESTAMPS)
-    readonly_fields = ("metadata", "last_rollout_failed_at", "replica_count", "metadata_display",
-                       *TIMESTAMPS)
+    fields = (
+        "root_namespace",
+        "search",
+        "number_of_replicas_override",
+        "replica_count",
+        "last_rollout_failed_at",
+        "metadata_display",
+        *TIMESTAMPS,
+    )
+    readonly_fields = (
+        "metadata",
+        "last_rollout_failed_at",
+        "replica_count",
+        "metadata_display",
+        *TIMESTAMPS,
+    )
 
     def get_queryset(self, request):
         return super().get_queryset(request).with_replica_count()
@@ -470,8 +578,15 @@ class EnabledNamespaceAdmin(SaveChangedFieldsMixin, admin.ModelAdmin):
 
 @admin.register(Replica)
 class ReplicaAdmin(admin.ModelAdmin):
-    list_display = ("id", "enabled_namespace_link", "namespace_id", "state", "index_count",
-                    "created_at", "updated_at")
+    list_display = (
+        "id",
+        "enabled_namespace_link",
+        "namespace_id",
+        "state",
+        "index_count",
+        "created_at",
+        "updated_at",
+    )
     list_filter = ("state",)
     search_fields = ("namespace_id__exact", "zoekt_enabled_namespace_id__exact")
     list_select_related = ("zoekt_enabled_namespace",)
@@ -506,16 +621,37 @@ class ReplicaAdmin(admin.ModelAdmin):
 
 @admin.register(Index)
 class IndexAdmin(ViewOnlyMixin, admin.ModelAdmin):
-    list_display = ("id", "namespace_id", "node_link", "replica_link", "state",
-                    "watermark_level_display", "used_bytes", "reserved_bytes", "used_percent",
-                    "last_indexed_at")
+    list_display = (
+        "id",
+        "namespace_id",
+        "node_link",
+        "replica_link",
+        "state",
+        "watermark_level_display",
+        "used_bytes",
+        "reserved_bytes",
+        "used_percent",
+        "last_indexed_at",
+    )
     list_filter = ("state", "watermark_level", "zoekt_node")
     search_fields = ("namespace_id__exact",)
     list_select_related = ("zoekt_node", "zoekt_replica")
-    fields = ("namespace_id", "zoekt_enabled_namespace", "zoekt_replica", "zoekt_node", "state",
-              "watermark_level_display", "used_bytes", "reserved_bytes", "free_bytes",
-              "used_percent", "used_storage_bytes_updated_at", "last_indexed_at",
-              "metadata_display", *TIMESTAMPS)
+    fields = (
+        "namespace_id",
+        "zoekt_enabled_namespace",
+        "zoekt_replica",
+        "zoekt_node",
+        "state",
+        "watermark_level_display",
+        "used_bytes",
+        "reserved_bytes",
+        "free_bytes",
+        "used_percent",
+        "used_storage_bytes_updated_at",
+        "last_indexed_at",
+        "metadata_display",
+        *TIMESTAMPS,
+    )
     readonly_fields = fields
 
     @admin.display(description="node", ordering="zoekt_node_id")
@@ -556,14 +692,33 @@ class IndexAdmin(ViewOnlyMixin, admin.ModelAdmin):
 
 @admin.register(Repository)
 class RepositoryAdmin(ViewOnlyMixin, admin.ModelAdmin):
-    list_display = ("id", "project_identifier", "index_link", "state", "size", "index_file_count",
-                    "retries_left", "schema_version", "indexed_at")
+    list_display = (
+        "id",
+        "project_identifier",
+        "index_link",
+        "state",
+        "size",
+        "index_file_count",
+        "retries_left",
+        "schema_version",
+        "indexed_at",
+    )
     list_filter = ("state",)
     search_fields = ("project_identifier__exact", "zoekt_index_id__exact")
     list_select_related = ("zoekt_index",)
     show_full_result_count = False
-    fields = ("zoekt_index", "project", "project_identifier", "state", "size", "index_file_count",
-              "retries_left", "schema_version", "indexed_at", *TIMESTAMPS)
+    fields = (
+        "zoekt_index",
+        "project",
+        "project_identifier",
+        "state",
+        "size",
+        "index_file_count",
+        "retries_left",
+        "schema_version",
+        "indexed_at",
+        *TIMESTAMPS,
+    )
     readonly_fields = fields
 
     @admin.display(description="index", ordering="zoekt_index_id")
@@ -577,20 +732,85 @@ class RepositoryAdmin(ViewOnlyMixin, admin.ModelAdmin):
 
 @admin.register(Task)
 class TaskAdmin(ViewOnlyMixin, admin.ModelAdmin):
-    list_display = ("id", "task_type", "state", "zoekt_node_id", "zoekt_repository_id",
-                    "project_identifier", "perform_at", "retries_left", "created_at")
+    list_display = (
+        "id",
+        "task_type",
+        "state",
+        "zoekt_node_id",
+        "zoekt_repository_id",
+        "project_identifier",
+        "perform_at",
+        "retries_left",
+        "created_at",
+    )
     list_filter = ("task_type", "state")
-    search_fields = ("zoekt_node_id__exact", "zoekt_repository_id__exact",
-                     "project_identifier__exact")
+    search_fields = (
+        "zoekt_node_id__exact",
+        "zoekt_repository_id__exact",
+        "project_identifier__exact",
+    )
     show_full_result_count = False
-    fields = ("task_type", "state", "zoekt_node_id", "zoekt_repository_id", "project_identifier",
-              "partition_id", "perform_at", "retries_left", *TIMESTAMPS)
+    fields = (
+        "task_type",
+        "state",
+        "zoekt_node_id",
+        "zoekt_repository_id",
+        "project_identifier",
+        "partition_id",
+        "perform_at",
+        "retries_left",
+        *TIMESTAMPS,
+    )
     readonly_fields = fields
 
 
 # ----------------------------------------------------------------------------
 # Application settings: a single row
 # ----------------------------------------------------------------------------
+
+
+SETTINGS_FIELDSETS = (
+    (
+        "Indexing",
+        {
+            "fields": (
+                "zoekt_indexing_enabled",
+                "zoekt_indexing_paused",
+                "zoekt_auto_index_root_namespace",
+                "zoekt_cpu_to_tasks_ratio",
+                "zoekt_indexing_parallelism",
+                "zoekt_indexing_timeout",
+                "zoekt_force_reindexing_percentage",
+            )
+        },
+    ),
+    ("Search", {"fields": ("zoekt_search_enabled", "zoekt_cache_response")}),
+    (
+        "Rollout",
+        {
+            "fields": (
+                "zoekt_rollout_batch_size",
+                "zoekt_rollout_retry_interval",
+                "zoekt_default_number_of_replicas",
+            )
+        },
+    ),
+    (
+        "Limits",
+        {
+            "fields": (
+                "zoekt_maximum_files",
+                "zoekt_indexed_file_size_limit",
+                "zoekt_trigram_max",
+            )
+        },
+    ),
+    ("Lost nodes", {"fields": ("zoekt_lost_node_threshold",)}),
+    ("Record", {"fields": ("updated_at",)}),
+)
+SETTINGS_FIELDS = tuple(
+    name for _, options in SETTINGS_FIELDSETS for name in options["fields"] if name != "updated_at"
+)
 
 
 class ApplicationSettingForm(forms.ModelForm):
@@ -606,7 +826,7 @@ class ApplicationSettingForm(forms.ModelForm):
 
     class Meta:
         model = ApplicationSetting
-        fields = "__all__"
+        fields = SETTINGS_FIELDS
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -627,23 +847,7 @@ class ApplicationSettingForm(forms.ModelForm):
 @admin.register(ApplicationSetting)
 class ApplicationSettingAdmin(admin.ModelAdmin):
     form = ApplicationSettingForm
-    fieldsets = (
-        ("Indexing", {"fields": (
-            "zoekt_indexing_enabled", "zoekt_indexing_paused", "zoekt_auto_index_root_namespace",
-            "zoekt_cpu_to_tasks_ratio", "zoekt_indexing_parallelism", "zoekt_indexing_timeout",
-            "zoekt_force_reindexing_percentage",
-        )}),
-        ("Search", {"fields": ("zoekt_search_enabled", "zoekt_cache_response")}),
-        ("Rollout", {"fields": (
-            "zoekt_rollout_batch_size", "zoekt_rollout_retry_interval",
-            "zoekt_default_number_of_replicas",
-        )}),
-        ("Limits", {"fields": (
-            "zoekt_maximum_files", "zoekt_indexed_file_size_limit", "zoekt_trigram_max",
-        )}),
-        ("Lost nodes", {"fields": ("zoekt_lost_node_threshold",)}),
-        ("Record", {"fields": ("updated_at",)}),
-    )
+    fieldsets = SETTINGS_FIELDSETS
     readonly_fields = ("updated_at",)
 
     def has_add_permission(self, request):

