@@ -192,6 +192,19 @@ def test_node_changelist_shows_computed_columns(admin_client, now):
     assert f'<a href="{index_link}">2</a>' in stale_row
 
 
+def test_node_change_page_shows_capacity(admin_client, now):
+    node = NodeFactory(total_bytes=100 * GIB, used_bytes=90 * GIB, indexed_bytes=0)
+    IndexFactory(zoekt_node=node, reserved_storage_bytes=15 * GIB)
+
+    html = admin_client.get(url(Node, "change", node.pk)).content.decode()
+
+    assert "90.0%" in html
+    assert ">critical<" in html
+    assert human_bytes(15 * GIB) in html  # reserved
+    assert human_bytes(-5 * GIB) in html  # unclaimed: 10 GiB usable - 15 GiB reserved
+    assert "zoekt" in re.search(r"field-services_display.*?</div>\s*</div>", html, re.S).group()
+
+
 def test_node_changelist_query_count_does_not_grow_with_nodes(admin_client, now):
     def measure() -> int:
         with CaptureQueriesContext(connection) as queries:

@@ -146,9 +146,7 @@ def advisory_lock_held_elsewhere(key: LockKey):
     def hold() -> None:
         try:
             with transaction.atomic(), connection.cursor() as cursor:
-                cursor.execute(
-                    "SELECT pg_advisory_xact_lock(%s, %s)", [locks._KEY_SPACE, int(key)]
-                )
+                cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [locks._KEY_SPACE, int(key)])
                 taken.set()
                 release.wait(timeout=30)
         except BaseException as exc:
@@ -184,7 +182,10 @@ def test_the_job_refreshes_the_cached_factor_and_reports_it():
 
 def test_the_job_reports_the_fallback_when_nothing_is_observed():
     result = refresh_buffer_factor_task()
-    assert (result["buffer_factor"], result["reason"]) == (3.0, Reason.BUFFER_FACTOR_NO_OBSERVATIONS)
+    assert (result["buffer_factor"], result["reason"]) == (
+        3.0,
+        Reason.BUFFER_FACTOR_NO_OBSERVATIONS,
+    )
     assert cache.get(buffer_factor.CACHE_KEY)["value"] == 3.0
 
 

@@ -140,9 +140,13 @@ def test_concurrency_limit(concurrency, override, ratio, expected):
         pytest.param(5_999, 10_000, IndexWatermark.OVERPROVISIONED, id="0.5999-is-overprovisioned"),
         pytest.param(6_000, 10_000, IndexWatermark.HEALTHY, id="exactly-0.60-is-healthy"),
         pytest.param(6_999, 10_000, IndexWatermark.HEALTHY, id="0.6999-is-healthy"),
-        pytest.param(7_000, 10_000, IndexWatermark.LOW_WATERMARK_EXCEEDED, id="exactly-0.70-is-low"),
+        pytest.param(
+            7_000, 10_000, IndexWatermark.LOW_WATERMARK_EXCEEDED, id="exactly-0.70-is-low"
+        ),
         pytest.param(7_499, 10_000, IndexWatermark.LOW_WATERMARK_EXCEEDED, id="0.7499-is-low"),
-        pytest.param(7_500, 10_000, IndexWatermark.HIGH_WATERMARK_EXCEEDED, id="exactly-0.75-is-high"),
+        pytest.param(
+            7_500, 10_000, IndexWatermark.HIGH_WATERMARK_EXCEEDED, id="exactly-0.75-is-high"
+        ),
         pytest.param(7_999, 10_000, IndexWatermark.HIGH_WATERMARK_EXCEEDED, id="0.7999-is-high"),
         pytest.param(
             8_000, 10_000, IndexWatermark.CRITICAL_WATERMARK_EXCEEDED, id="exactly-0.80-is-critical"

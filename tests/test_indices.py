@@ -304,9 +304,7 @@ def test_searchable_indices_are_ready_and_their_namespace_has_search_on():
     IndexFactory(state=State.INITIALIZING)
     IndexFactory(
         state=State.READY,
-        zoekt_replica=ReplicaFactory(
-            zoekt_enabled_namespace=EnabledNamespaceFactory(search=False)
-        ),
+        zoekt_replica=ReplicaFactory(zoekt_enabled_namespace=EnabledNamespaceFactory(search=False)),
     )
     IndexFactory(state=State.READY, zoekt_enabled_namespace=None)
     assert pks(Index.objects.searchable()) == {searchable.pk}
@@ -347,7 +345,9 @@ def test_an_index_has_finished_when_every_repository_is_ready_or_failed(
         RepositoryFactory(zoekt_index=index, state=Repository.State[name])
     other = IndexFactory()
     RepositoryFactory(zoekt_index=other, state=Repository.State.PENDING)
-    assert pks(Index.objects.with_all_finished_repositories()) == ({index.pk} if finished else set())
+    assert pks(Index.objects.with_all_finished_repositories()) == (
+        {index.pk} if finished else set()
+    )
 
 
 @pytest.mark.parametrize(
@@ -359,7 +359,9 @@ def test_an_index_has_finished_when_every_repository_is_ready_or_failed(
         pytest.param("an-hour-ago", "now", False, id="refreshed-after-indexing-is-latest"),
     ],
 )
-def test_used_bytes_are_stale_when_indexed_since_the_last_refresh(now, last_indexed, updated, stale):
+def test_used_bytes_are_stale_when_indexed_since_the_last_refresh(
+    now, last_indexed, updated, stale
+):
     times = {"now": now, "an-hour-ago": now - timedelta(hours=1), EPOCH: EPOCH}
     index = IndexFactory(
         last_indexed_at=times[last_indexed], used_storage_bytes_updated_at=times[updated]
@@ -370,7 +372,9 @@ def test_used_bytes_are_stale_when_indexed_since_the_last_refresh(now, last_inde
 
 
 def test_a_refresh_moves_an_index_from_stale_to_latest(now):
-    index = index_with_repositories(10, last_indexed_at=now, zoekt_node=node_with_usable_storage(GIB))
+    index = index_with_repositories(
+        10, last_indexed_at=now, zoekt_node=node_with_usable_storage(GIB)
+    )
     assert pks(Index.objects.with_stale_used_storage_bytes_updated_at()) == {index.pk}
     clock.advance(1)
     index.update_storage_bytes_and_watermark_level()

@@ -302,8 +302,10 @@ def nodes_by_unclaimed():
 def test_only_nodes_with_positive_unclaimed_storage_are_offered_with_that_value(
     nodes_by_unclaimed,
 ):
-    found = {n.pk: n.annotated_unclaimed_storage_bytes for n in
-             Node.objects.with_positive_unclaimed_storage_bytes()}
+    found = {
+        n.pk: n.annotated_unclaimed_storage_bytes
+        for n in Node.objects.with_positive_unclaimed_storage_bytes()
+    }
     assert found == {
         nodes_by_unclaimed["10"].pk: 10 * GIB,
         nodes_by_unclaimed["50"].pk: 50 * GIB,

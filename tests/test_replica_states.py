@@ -53,7 +53,9 @@ def set_setting(**values) -> None:
 
 STATE_CASES = [
     pytest.param(PENDING, [I.READY], READY, id="pending-with-its-one-index-ready-becomes-ready"),
-    pytest.param(PENDING, [I.READY, I.READY], READY, id="pending-with-all-indices-ready-becomes-ready"),
+    pytest.param(
+        PENDING, [I.READY, I.READY], READY, id="pending-with-all-indices-ready-becomes-ready"
+    ),
     pytest.param(PENDING, [I.PENDING], PENDING, id="pending-with-a-pending-index-stays-pending"),
     pytest.param(
         PENDING, [I.INITIALIZING, I.PENDING], PENDING, id="pending-with-none-ready-stays-pending"
@@ -130,9 +132,7 @@ def advisory_lock_held_elsewhere(key: LockKey):
     def hold() -> None:
         try:
             with transaction.atomic(), connection.cursor() as cursor:
-                cursor.execute(
-                    "SELECT pg_advisory_xact_lock(%s, %s)", [locks._KEY_SPACE, int(key)]
-                )
+                cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [locks._KEY_SPACE, int(key)])
                 taken.set()
                 release.wait(timeout=30)
         except BaseException as exc:  # surfaced in the test below
@@ -267,7 +267,9 @@ def failures(now):
     return {
         "never": EnabledNamespaceFactory(last_rollout_failed_at=None),
         "an hour ago": EnabledNamespaceFactory(last_rollout_failed_at=now - timedelta(hours=1)),
-        "exactly a day ago": EnabledNamespaceFactory(last_rollout_failed_at=now - timedelta(days=1)),
+        "exactly a day ago": EnabledNamespaceFactory(
+            last_rollout_failed_at=now - timedelta(days=1)
+        ),
         "a day and a second ago": EnabledNamespaceFactory(
             last_rollout_failed_at=now - timedelta(days=1, seconds=1)
         ),

@@ -357,7 +357,7 @@ class NodeAdmin(SaveChangedFieldsMixin, admin.ModelAdmin):
                     "version_display",
                     "index_base_url",
                     "search_base_url",
-                    "services",
+                    "services_display",
                     "schema_version",
                 )
             },
@@ -406,6 +406,7 @@ class NodeAdmin(SaveChangedFieldsMixin, admin.ModelAdmin):
         *TIMESTAMPS,
         "name_display",
         "version_display",
+        "services_display",
         "online",
         "total_bytes_display",
         "used_bytes_display",
@@ -427,7 +428,7 @@ class NodeAdmin(SaveChangedFieldsMixin, admin.ModelAdmin):
             super()
             .get_queryset(request)
             .with_unclaimed_storage_bytes()
-            
+            .annotate(annotated_index_count=Count("indices"))
         )
 
     @admin.display(description="name", ordering=KeyTextTransform("name", "metadata"))
@@ -435,8 +436,12 @@ class NodeAdmin(SaveChangedFieldsMixin, admin.ModelAdmin):
         return obj.name
 
     @admin.display(description="version", ordering=KeyTextTransform("version", "metadata"))
-    def version_display(self, obj: Node) -> str | None:
-        return obj.version
+    def version_display(self, obj: Node) -> str:
+        return obj.version or EMPTY
+
+    @admin.display(description="services")
+    def services_display(self, obj: Node) -> str:
+        return ", ".join(Node.Service(value).label for value in obj.services)
 
     @admin.display(description="disk used", ordering=STORAGE_PERCENT_USED)
     def disk_percent_used(self, obj: Node) -> str:

@@ -136,6 +136,16 @@ def invalidate() -> None:
     cache.delete(CACHE_KEY)
 
 
+_POSITIVE_NUMBERS = (
+    "zoekt_cpu_to_tasks_ratio",
+    "zoekt_indexing_parallelism",
+    "zoekt_rollout_batch_size",
+    "zoekt_maximum_files",
+    "zoekt_trigram_max",
+    "zoekt_default_number_of_replicas",
+)
+
+
 def validate_setting_values(row) -> None:
     """Field errors for text settings that would not parse (the admin shows them)."""
     errors: dict[str, str] = {}
@@ -156,6 +166,14 @@ def validate_setting_values(row) -> None:
         errors["zoekt_indexed_file_size_limit"] = (
             "must be a whole number followed by B, KB, MB or GB (e.g. 1MB)"
         )
+    # The database's check constraints, repeated here so the error names its field.
+    for field in _POSITIVE_NUMBERS:
+        value = getattr(row, field)
+        if isinstance(value, int | float) and not value > 0:
+            errors[field] = "must be greater than 0"
+    percentage = row.zoekt_force_reindexing_percentage
+    if isinstance(percentage, int | float) and not 0 <= percentage <= 100:
+        errors["zoekt_force_reindexing_percentage"] = "must be between 0 and 100"
     if errors:
         raise ValidationError(errors)
 
