@@ -52,7 +52,7 @@ def set_setting(**values) -> None:
     row.save()
 
 
-# --- defaults ---------------------------------------------------------------------------------------
+# --- defaults ------------------------------------------------------------------------------------
 
 
 def test_the_settings_of_a_fresh_installation_are_gitlabs_defaults():
@@ -199,7 +199,7 @@ def test_stored_durations_are_parsed_with_their_own_default(field, text, attribu
     assert getattr(app_settings.current(), attribute) == expected
 
 
-# --- parsing sizes -----------------------------------------------------------------------------------
+# --- parsing sizes -------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -233,7 +233,7 @@ def test_the_stored_file_size_limit_is_parsed():
     assert app_settings.current().indexed_file_size_limit_bytes == 256 * 1024
 
 
-# --- the cached accessor ----------------------------------------------------------------------------
+# --- the cached accessor -------------------------------------------------------------------------
 
 
 def test_the_accessor_caches_the_parsed_settings_in_redis():
@@ -273,7 +273,7 @@ def test_a_cache_entry_written_by_another_version_is_reloaded_from_the_row():
     assert cache.get(app_settings.CACHE_KEY)["rollout_batch_size"] == 7
 
 
-# --- validation (what the admin form shows) ---------------------------------------------------------
+# --- validation (what the admin form shows) ------------------------------------------------------
 
 INVALID_VALUES = [
     pytest.param("zoekt_lost_node_threshold", "12x", id="lost-node-threshold-unknown-unit"),
@@ -365,7 +365,7 @@ def test_the_settings_form_saves_valid_values():
     assert current.indexed_file_size_limit_bytes == 2 * 1024**3
 
 
-# --- database check constraints ----------------------------------------------------------------------
+# --- database check constraints ------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(

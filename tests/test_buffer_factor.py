@@ -36,7 +36,7 @@ def index_holding(used: int, *repository_sizes: int, state=State.READY, **kwargs
     return index
 
 
-# --- the observed factor --------------------------------------------------------------------------
+# --- the observed factor -------------------------------------------------------------------------
 
 
 def test_the_factor_is_index_bytes_per_repository_byte_over_ready_indices():
@@ -100,7 +100,7 @@ def test_a_project_without_statistics_adds_no_repository_size():
     assert compute_global_buffer_factor().repository_size == 100
 
 
-# --- caching in Redis -------------------------------------------------------------------------------
+# --- caching in Redis ----------------------------------------------------------------------------
 
 
 def redis_client() -> redis.Redis:
@@ -134,7 +134,7 @@ def test_a_cache_entry_from_elsewhere_is_replaced_by_an_observation():
     assert cache.get(buffer_factor.CACHE_KEY)["value"] == pytest.approx(4.0)
 
 
-# --- the hourly job -----------------------------------------------------------------------------------
+# --- the hourly job ------------------------------------------------------------------------------
 
 
 @contextlib.contextmanager

@@ -1,4 +1,4 @@
-"""The capacity arithmetic of zoekt.capacity, with the reference's numbers (sections 1.1, 2.2, 4)."""
+"""The capacity arithmetic of zoekt.capacity, with the reference numbers (1.1, 2.2, 4)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from zoekt.capacity import IndexWatermark, NodeWatermark
 GIB = 1024**3
 
 
-# --- GitLab's constants -----------------------------------------------------------------------
+# --- GitLab's constants --------------------------------------------------------------------------
 
 
 def test_the_node_and_index_constants_are_gitlabs():
@@ -36,7 +36,7 @@ def test_the_index_watermark_enum_values_are_gitlabs():
     }
 
 
-# --- node disk ----------------------------------------------------------------------------------
+# --- node disk -----------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -99,7 +99,7 @@ def test_usable_storage_is_free_plus_indexed_bytes(total, used, indexed, expecte
     assert capacity.usable_storage_bytes(total, used, indexed) == expected
 
 
-# --- concurrency limit -------------------------------------------------------------------------
+# --- concurrency limit ---------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -130,7 +130,7 @@ def test_concurrency_limit(concurrency, override, ratio, expected):
     assert capacity.concurrency_limit(concurrency, override, ratio) == expected
 
 
-# --- index watermark level (the stored, Ruby calculation) ---------------------------------------
+# --- index watermark level (the stored, Ruby calculation) ----------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -175,7 +175,7 @@ def test_index_watermark_level(used, reserved, expected):
     assert capacity.index_watermark_level(used, reserved) == expected
 
 
-# --- reservation resize after indexing (reference 4.3, steps 2-5) -------------------------------
+# --- reservation resize after indexing (reference 4.3, steps 2-5) --------------------------------
 
 
 @pytest.mark.parametrize(
@@ -208,7 +208,7 @@ def test_the_ideal_reservation_is_truncated_not_rounded():
     assert capacity.resized_reservation(1_000, 0, 10**9, index_is_ready=True) == 1_666
 
 
-# --- observed buffer factor ---------------------------------------------------------------------
+# --- observed buffer factor ----------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(

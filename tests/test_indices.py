@@ -36,7 +36,7 @@ def sql_level(index: Index) -> int:
     return Index.objects.with_sql_watermark_level().get(pk=index.pk).sql_watermark_level
 
 
-# --- watermark levels -----------------------------------------------------------------------------
+# --- watermark levels ----------------------------------------------------------------------------
 
 LEVEL_CASES = [
     pytest.param(0, 10_000, Level.OVERPROVISIONED, id="empty-is-overprovisioned"),
@@ -98,7 +98,7 @@ def test_a_stored_level_left_behind_by_a_change_in_usage_is_mismatched():
     assert matching.pk not in pks(Index.objects.with_mismatched_watermark_levels())
 
 
-# --- update_storage_bytes_and_watermark_level (reference 4.3) -----------------------------------
+# --- update_storage_bytes_and_watermark_level (reference 4.3) ------------------------------------
 
 
 def node_with_usable_storage(usable: int) -> Node:
@@ -278,7 +278,7 @@ def test_a_refresh_leaves_other_indices_alone(now):
     assert Index.objects.filter(pk=neighbour.pk).values().get() == before
 
 
-# --- scopes -----------------------------------------------------------------------------------------
+# --- scopes --------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(

@@ -36,7 +36,7 @@ def pks(queryset) -> list[int]:
     return list(queryset.values_list("pk", flat=True))
 
 
-# --- disk use and watermarks --------------------------------------------------------------------
+# --- disk use and watermarks ---------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -140,7 +140,7 @@ def test_a_node_reports_the_highest_watermark_it_reaches(used, expected):
     assert NodeFactory(used_bytes=used, total_bytes=10_000).watermark == expected
 
 
-# --- usable storage -------------------------------------------------------------------------------
+# --- usable storage ------------------------------------------------------------------------------
 
 
 def test_usable_storage_is_free_plus_indexed_bytes_when_created():
@@ -213,7 +213,7 @@ def test_a_lock_that_is_not_in_the_future_does_not_hold(now, lock_offset):
     assert node.usable_storage_bytes_locked_until is None
 
 
-# --- reserved and unclaimed storage ---------------------------------------------------------------
+# --- reserved and unclaimed storage --------------------------------------------------------------
 
 
 def unclaimed_in_sql(node: Node) -> tuple[int, int]:
@@ -341,7 +341,7 @@ def test_the_planner_pool_is_online_search_nodes_with_room_largest_first(now):
     assert pks(Node.objects.available_for_search_indexing()) == [large.pk, small.pk]
 
 
-# --- liveness -------------------------------------------------------------------------------------
+# --- liveness ------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -421,7 +421,7 @@ def test_a_row_saved_with_threshold_0_is_stored_as_text():
     assert ApplicationSetting.objects.get().zoekt_lost_node_threshold == "0"
 
 
-# --- concurrency limit ----------------------------------------------------------------------------
+# --- concurrency limit ---------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(

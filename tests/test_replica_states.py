@@ -49,7 +49,7 @@ def set_setting(**values) -> None:
     row.save()
 
 
-# --- do_update_replica_states ----------------------------------------------------------------------
+# --- do_update_replica_states --------------------------------------------------------------------
 
 STATE_CASES = [
     pytest.param(PENDING, [I.READY], READY, id="pending-with-its-one-index-ready-becomes-ready"),
@@ -120,7 +120,7 @@ def test_an_index_without_its_replica_does_not_hold_another_replica_back():
     assert state_of(replica) == READY
 
 
-# --- the scheduled job and its advisory lock ------------------------------------------------------
+# --- the scheduled job and its advisory lock -----------------------------------------------------
 
 
 @contextlib.contextmanager
@@ -173,7 +173,7 @@ def test_the_job_is_not_blocked_by_another_jobs_lock():
     assert state_of(replica) == READY
 
 
-# --- replica scopes ---------------------------------------------------------------------------------
+# --- replica scopes ------------------------------------------------------------------------------
 
 
 @pytest.fixture
@@ -208,7 +208,7 @@ def test_for_namespace_filters_on_the_root_namespace(replicas):
     assert names(replicas, Replica.objects.for_namespace(namespace_id)) == {"mixed"}
 
 
-# --- enabled namespaces: missing indices and replica counts -----------------------------------------
+# --- enabled namespaces: missing indices and replica counts --------------------------------------
 
 
 def test_with_missing_indices_finds_namespaces_without_any_index_row():
@@ -258,7 +258,7 @@ def test_a_replica_override_must_be_positive():
     assert enabled.number_of_replicas_override == 2
 
 
-# --- enabled namespaces: rollout retry ---------------------------------------------------------------
+# --- enabled namespaces: rollout retry -----------------------------------------------------------
 
 
 @pytest.fixture
@@ -317,7 +317,7 @@ def test_blocked_is_applied_within_an_already_filtered_queryset(failures):
     assert by_name(failures, subset.with_rollout_blocked(interval)) == {"an hour ago"}
 
 
-# --- enabled namespaces: last used storage bytes ------------------------------------------------------
+# --- enabled namespaces: last used storage bytes -------------------------------------------------
 
 
 def test_last_used_storage_bytes_is_the_largest_replica_sum():

@@ -1,16 +1,19 @@
 """The Django admin: what an operator scans to see the state of the fleet.
 
-Everything a heartbeat, callback or background job writes is shown read-only;
-the operator edits only what GitLab lets an administrator edit: an enabled
-namespace's ``search`` switch and replica override, and the application
-settings (a single row). Indices, repositories and tasks are view-only, and
-nodes register themselves through heartbeats, so none of them can be added
-here.
+Everything a heartbeat, callback or background job writes is shown read-only.
+Of the Zoekt tables the operator edits an enabled namespace's ``search``
+switch and replica override (and may add or delete enabled namespaces), a
+node's ``usable_storage_bytes_locked_until``, and the application settings (a
+single row). Replicas, indices, repositories and tasks are view-only (a
+replica may be deleted, which orphans its indices for the deletion pipeline);
+nodes register themselves through heartbeats, so they cannot be added here.
+The mirrored GitLab core tables (namespaces, projects, statistics) stay
+editable apart from timestamps and traversal ids.
 
 The node changelist computes its columns (index count, unclaimed storage) in
-the one SQL query that fetches the rows, so it costs the same number of
-queries for 3 nodes as for 3,000. Liveness (online/offline) follows GitLab's
-30-second rule read from ``zoekt.clock``.
+the SQL that fetches the rows, so it costs the same number of queries for 3
+nodes as for 3,000. Liveness (online/offline) follows GitLab's 30-second rule
+read from ``zoekt.clock``.
 """
 
 from __future__ import annotations

@@ -106,6 +106,8 @@ class Project(models.Model):
     )
     visibility_level = models.IntegerField(db_default=0, default=0)
     archived = models.BooleanField(db_default=False, default=False)
+    # The Gitaly storage shard holding the repository (GitLab's column).
+    repository_storage = models.CharField(max_length=255, db_default="default", default="default")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -114,6 +116,49 @@ class Project(models.Model):
 
     def __str__(self) -> str:
         return f"{self.path} (project {self.id})"
+
+
+class ProjectFeature(models.Model):
+    """Per-project feature access levels; index payloads carry ``repository_access_level``."""
+
+    class AccessLevel(models.IntegerChoices):
+        DISABLED = 0, "disabled"
+        PRIVATE = 10, "private"
+        ENABLED = 20, "enabled"
+
+    id = models.BigAutoField(primary_key=True)
+    project = models.OneToOneField(
+        Project, on_delete=models.CASCADE, related_name="project_feature"
+    )
+    repository_access_level = models.IntegerField(
+        choices=AccessLevel.choices, db_default=20, default=AccessLevel.ENABLED
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        db_table = "project_features"
+
+    def __str__(self) -> str:
+        return f"features of project {self.project_id}"
+
+
+class ForkNetworkMember(models.Model):
+    """Membership of a project in a fork network; a forked project names its source."""
+
+    id = models.BigAutoField(primary_key=True)
+    project = models.OneToOneField(
+        Project, on_delete=models.CASCADE, related_name="fork_network_member"
+    )
+    forked_from_project = models.ForeignKey(
+        Project, null=True, blank=True, on_delete=models.SET_NULL, related_name="forks"
+    )
+
+    class Meta:
+        db_table = "fork_network_members"
+
+    def __str__(self) -> str:
+        return f"fork network member {self.project_id}"
 
 
 class ProjectStatistics(models.Model):

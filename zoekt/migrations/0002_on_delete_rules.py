@@ -8,6 +8,8 @@ cascades, nullifies or is refused exactly as in GitLab.
 
 from django.db import migrations
 
+from zoekt.dbutils import on_delete_sql
+
 # (table, column, referenced table, rule)
 RULES = [
     ("namespaces", "parent_id", "namespaces", "CASCADE"),
@@ -25,42 +27,13 @@ RULES = [
     ("zoekt_repositories", "project_id", "projects", "SET NULL"),
 ]
 
-_TEMPLATE = """
-DO $$
-DECLARE name text;
-BEGIN
-    SELECT con.conname INTO name
-    FROM pg_constraint con
-    JOIN pg_attribute att ON att.attrelid = con.conrelid AND att.attnum = ANY (con.conkey)
-    WHERE con.contype = 'f' AND con.conrelid = '{table}'::regclass AND att.attname = '{column}';
-    IF name IS NOT NULL THEN
-        EXECUTE format('ALTER TABLE {table} DROP CONSTRAINT %I', name);
-    END IF;
-END $$;
-ALTER TABLE {table} ADD CONSTRAINT fk_{table}_{column}
-    FOREIGN KEY ({column}) REFERENCES {ref} (id) ON DELETE {rule}{deferrable};
-"""
-
-
-def _sql(rule_for):
-    return "\n".join(
-        _TEMPLATE.format(
-            table=table,
-            column=column,
-            ref=ref,
-            rule=rule_for(rule),
-            deferrable=" DEFERRABLE INITIALLY DEFERRED",
-        )
-        for table, column, ref, rule in RULES
-    )
-
 
 class Migration(migrations.Migration):
     dependencies = [("zoekt", "0001_initial")]
 
     operations = [
         migrations.RunSQL(
-            sql=_sql(lambda rule: rule),
-            reverse_sql=_sql(lambda _rule: "NO ACTION"),
+            sql=on_delete_sql(RULES),
+            reverse_sql=on_delete_sql(RULES, reverse=True),
         ),
     ]
