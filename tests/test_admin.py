@@ -27,25 +27,21 @@ from tests.factories import (
 )
 from zoekt import app_settings
 from zoekt.admin import human_bytes
-from zoekt.models import ApplicationSetting, EnabledNamespace, Index, Node, Replica, Task
+from zoekt.models import (
+    ApplicationSetting,
+    EnabledNamespace,
+    ForkNetworkMember,
+    Index,
+    Node,
+    ProjectFeature,
+    Replica,
+    Task,
+)
 
-pytestmark = [
-    pytest.mark.django_db,
-    # WhiteNoise warns on every request that STATIC_ROOT has not been collected.
-    pytest.mark.filterwarnings("ignore:No directory at:UserWarning"),
-]
+pytestmark = pytest.mark.django_db
 
 ZOEKT_MODELS = sorted(apps.get_app_config("zoekt").get_models(), key=lambda m: m.__name__)
 LISTED_MODELS = [model for model in ZOEKT_MODELS if model is not ApplicationSetting]
-
-
-@pytest.fixture(autouse=True)
-def _plain_static_files(settings):
-    # The manifest storage needs `collectstatic`; admin pages only need URLs here.
-    settings.STORAGES = {
-        **settings.STORAGES,
-        "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
-    }
 
 
 def url(model, view: str, *args) -> str:
@@ -104,13 +100,15 @@ def fleet(now):
         project_identifier=repo.project_identifier,
     )
     NamespaceRootStorageStatisticsFactory(namespace=repo.project.namespace)
+    ProjectFeature.objects.create(project=repo.project)
+    ForkNetworkMember.objects.create(project=repo.project, forked_from_project=ProjectFactory())
     app_settings.load_row()
     return repo
 
 
 def test_every_zoekt_model_is_registered():
     assert set(ZOEKT_MODELS) <= set(admin.site._registry)
-    assert len(ZOEKT_MODELS) == 11
+    assert len(ZOEKT_MODELS) == 13
 
 
 def test_site_titles(admin_client):

@@ -38,11 +38,13 @@ from zoekt.capacity import NodeWatermark
 from zoekt.models import (
     ApplicationSetting,
     EnabledNamespace,
+    ForkNetworkMember,
     Index,
     Namespace,
     NamespaceRootStorageStatistics,
     Node,
     Project,
+    ProjectFeature,
     ProjectStatistics,
     Replica,
     Repository,
@@ -221,6 +223,19 @@ class NamespaceAdmin(admin.ModelAdmin):
             obj.save(update_fields=["traversal_ids"])
 
 
+class ProjectFeatureInline(admin.StackedInline):
+    model = ProjectFeature
+    can_delete = False
+    readonly_fields = TIMESTAMPS
+
+
+class ForkNetworkMemberInline(admin.StackedInline):
+    model = ForkNetworkMember
+    fk_name = "project"
+    can_delete = False
+    raw_id_fields = ("forked_from_project",)
+
+
 @admin.register(Project)
 class ProjectAdmin(admin.ModelAdmin):
     list_display = (
@@ -238,6 +253,25 @@ class ProjectAdmin(admin.ModelAdmin):
     list_select_related = ("namespace",)
     raw_id_fields = ("namespace", "project_namespace")
     readonly_fields = TIMESTAMPS
+    inlines = (ProjectFeatureInline, ForkNetworkMemberInline)
+
+
+@admin.register(ProjectFeature)
+class ProjectFeatureAdmin(admin.ModelAdmin):
+    list_display = ("id", "project", "repository_access_level", "updated_at")
+    list_filter = ("repository_access_level",)
+    search_fields = ("project__name", "project_id__exact")
+    list_select_related = ("project",)
+    raw_id_fields = ("project",)
+    readonly_fields = TIMESTAMPS
+
+
+@admin.register(ForkNetworkMember)
+class ForkNetworkMemberAdmin(admin.ModelAdmin):
+    list_display = ("id", "project", "forked_from_project")
+    search_fields = ("project__name", "project_id__exact")
+    list_select_related = ("project", "forked_from_project")
+    raw_id_fields = ("project", "forked_from_project")
 
 
 @admin.register(ProjectStatistics)

@@ -149,11 +149,27 @@ def ensure_secret_key(env: dict[str, str]) -> None:
     env["DJANGO_SECRET_KEY_FILE"] = str(path)
 
 
+def ensure_shell_secret(env: dict[str, str]) -> None:
+    """Nodes authenticate with GitLab Shell's shared secret; make one for local runs."""
+    if env.get("GITLAB_SHELL_SECRET_FILE"):
+        return
+    path = VAR / "gitlab_shell_secret"
+    if not path.exists():
+        VAR.mkdir(parents=True, exist_ok=True)
+        path.write_text(secrets.token_hex(32) + "\n")
+        path.chmod(0o600)
+        say(f"generated the node shared secret in {path}")
+    else:
+        say(f"node shared secret: {path}")
+    env["GITLAB_SHELL_SECRET_FILE"] = str(path)
+
+
 @contextlib.contextmanager
 def services() -> Iterator[dict[str, str]]:
     """The environment for the child: the given servers, or embedded ones."""
     env = dict(os.environ)
     ensure_secret_key(env)
+    ensure_shell_secret(env)
     with contextlib.ExitStack() as stack:
         if not env.get("DATABASE_URL"):
             env["DATABASE_URL"] = stack.enter_context(embedded_postgres())

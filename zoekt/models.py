@@ -36,6 +36,24 @@ from zoekt.querysets import (
 )
 
 
+class ClockStampedModel(models.Model):
+    """Stamps ``updated_at`` from ``zoekt.clock`` on every save (not Django's auto_now).
+
+    Bulk ``update()`` calls set ``updated_at=clock.now()`` themselves.
+    """
+
+    class Meta:
+        abstract = True
+
+    def save(self, *args, **kwargs) -> None:
+        if hasattr(self, "updated_at"):
+            self.updated_at = clock.now()
+            update_fields = kwargs.get("update_fields")
+            if update_fields is not None:
+                kwargs["update_fields"] = {*update_fields, "updated_at"}
+        super().save(*args, **kwargs)
+
+
 def _json_object_default() -> dict:
     return {}
 
@@ -49,7 +67,7 @@ def _services_default() -> list[int]:
 # ----------------------------------------------------------------------------
 
 
-class Namespace(models.Model):
+class Namespace(ClockStampedModel):
     """A GitLab namespace: a group, a user namespace, or a project's own namespace."""
 
     class Type(models.TextChoices):
@@ -70,8 +88,8 @@ class Namespace(models.Model):
     traversal_ids = ArrayField(models.BigIntegerField(), db_default=[], default=list, blank=True)
     visibility_level = models.IntegerField(db_default=20, default=20)
     archived = models.BooleanField(db_default=False, default=False)
-    created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True)
+    created_at = models.DateTimeField(default=clock.now, editable=False)
+    updated_at = models.DateTimeField(default=clock.now, editable=False)
 
     objects = NamespaceQuerySet.as_manager()
 
@@ -94,7 +112,7 @@ class Namespace(models.Model):
         return self.traversal_ids[0] if self.traversal_ids else self.id
 
 
-class Project(models.Model):
+class Project(ClockStampedModel):
     """A GitLab project; ``project_namespace`` is its companion row in ``namespaces``."""
 
     id = models.BigAutoField(primary_key=True)
@@ -108,8 +126,8 @@ class Project(models.Model):
     archived = models.BooleanField(db_default=False, default=False)
     # The Gitaly storage shard holding the repository (GitLab's column).
     repository_storage = models.CharField(max_length=255, db_default="default", default="default")
-    created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True)
+    created_at = models.DateTimeField(default=clock.now, editable=False)
+    updated_at = models.DateTimeField(default=clock.now, editable=False)
 
     class Meta:
         db_table = "projects"
@@ -118,7 +136,7 @@ class Project(models.Model):
         return f"{self.path} (project {self.id})"
 
 
-class ProjectFeature(models.Model):
+class ProjectFeature(ClockStampedModel):
     """Per-project feature access levels; index payloads carry ``repository_access_level``."""
 
     class AccessLevel(models.IntegerChoices):
@@ -133,8 +151,8 @@ class ProjectFeature(models.Model):
     repository_access_level = models.IntegerField(
         choices=AccessLevel.choices, db_default=20, default=AccessLevel.ENABLED
     )
-    created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True)
+    created_at = models.DateTimeField(default=clock.now, editable=False)
+    updated_at = models.DateTimeField(default=clock.now, editable=False)
 
     class Meta:
         db_table = "project_features"
@@ -143,7 +161,7 @@ class ProjectFeature(models.Model):
         return f"features of project {self.project_id}"
 
 
-class ForkNetworkMember(models.Model):
+class ForkNetworkMember(ClockStampedModel):
     """Membership of a project in a fork network; a forked project names its source."""
 
     id = models.BigAutoField(primary_key=True)
@@ -161,7 +179,7 @@ class ForkNetworkMember(models.Model):
         return f"fork network member {self.project_id}"
 
 
-class ProjectStatistics(models.Model):
+class ProjectStatistics(ClockStampedModel):
     """Per-project sizes; the planner reads ``repository_size`` (the Gitaly repository size)."""
 
     id = models.BigAutoField(primary_key=True)
@@ -169,7 +187,7 @@ class ProjectStatistics(models.Model):
     namespace_id = models.BigIntegerField()
     repository_size = models.BigIntegerField(db_default=0, default=0)
     storage_size = models.BigIntegerField(db_default=0, default=0)
-    updated_at = models.DateTimeField(auto_now=True)
+    updated_at = models.DateTimeField(default=clock.now, editable=False)
 
     class Meta:
         db_table = "project_statistics"
@@ -180,7 +198,7 @@ class ProjectStatistics(models.Model):
         return f"statistics of project {self.project_id}"
 
 
-class NamespaceRootStorageStatistics(models.Model):
+class NamespaceRootStorageStatistics(ClockStampedModel):
     """Storage totals of a root namespace, summed over its projects."""
 
     namespace = models.OneToOneField(
@@ -191,7 +209,7 @@ class NamespaceRootStorageStatistics(models.Model):
     )
     repository_size = models.BigIntegerField(db_default=0, default=0)
     storage_size = models.BigIntegerField(db_default=0, default=0)
-    updated_at = models.DateTimeField(auto_now=True)
+    updated_at = models.DateTimeField(default=clock.now, editable=False)
 
     class Meta:
         db_table = "namespace_root_storage_statistics"
@@ -206,7 +224,7 @@ class NamespaceRootStorageStatistics(models.Model):
 # ----------------------------------------------------------------------------
 
 
-class Node(models.Model):
+class Node(ClockStampedModel):
     """One Zoekt indexer + webserver pair, identified by its UUID (``zoekt_nodes``)."""
 
     class Service(models.IntegerChoices):
@@ -229,8 +247,8 @@ class Node(models.Model):
     services = ArrayField(
         models.SmallIntegerField(choices=Service.choices), db_default=[0], default=_services_default
     )
-    created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True)
+    created_at = models.DateTimeField(default=clock.now, editable=False)
+    updated_at = models.DateTimeField(default=clock.now, editable=False)
 
     objects = NodeQuerySet.as_manager()
 
@@ -358,7 +376,7 @@ def _development_watermarks() -> bool:
     return bool(getattr(settings, "ZOEKT_DEVELOPMENT_WATERMARKS", False))
 
 
-class EnabledNamespace(models.Model):
+class EnabledNamespace(ClockStampedModel):
     """A root namespace enabled for Zoekt (``zoekt_enabled_namespaces``)."""
 
     id = models.BigAutoField(primary_key=True)
@@ -374,8 +392,8 @@ class EnabledNamespace(models.Model):
     )
     last_rollout_failed_at = models.DateTimeField(null=True, blank=True, db_index=True)
     number_of_replicas_override = models.IntegerField(null=True, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True)
+    created_at = models.DateTimeField(default=clock.now, editable=False)
+    updated_at = models.DateTimeField(default=clock.now, editable=False)
 
     objects = EnabledNamespaceQuerySet.as_manager()
 
@@ -415,7 +433,7 @@ class EnabledNamespace(models.Model):
         return value
 
 
-class Replica(models.Model):
+class Replica(ClockStampedModel):
     """One full copy of a root namespace's search data (``zoekt_replicas``)."""
 
     class State(models.IntegerChoices):
@@ -432,8 +450,8 @@ class Replica(models.Model):
     state = models.SmallIntegerField(
         choices=State.choices, db_default=0, default=State.PENDING, db_index=True
     )
-    created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True)
+    created_at = models.DateTimeField(default=clock.now, editable=False)
+    updated_at = models.DateTimeField(default=clock.now, editable=False)
 
     objects = ReplicaQuerySet.as_manager()
 
@@ -444,7 +462,7 @@ class Replica(models.Model):
         return f"replica {self.id} of namespace {self.namespace_id}"
 
 
-class Index(models.Model):
+class Index(ClockStampedModel):
     """The part of a replica that lives on one node (``zoekt_indices``)."""
 
     class State(models.IntegerChoices):
@@ -508,8 +526,8 @@ class Index(models.Model):
         blank=True,
         validators=[validate_index_metadata],
     )
-    created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True)
+    created_at = models.DateTimeField(default=clock.now, editable=False)
+    updated_at = models.DateTimeField(default=clock.now, editable=False)
 
     objects = IndexQuerySet.as_manager()
 
@@ -597,7 +615,7 @@ class Index(models.Model):
             setattr(self, field, getattr(index, field))
 
 
-class Repository(models.Model):
+class Repository(ClockStampedModel):
     """One project indexed (or to be indexed) inside one index (``zoekt_repositories``)."""
 
     class State(models.IntegerChoices):
@@ -633,8 +651,8 @@ class Repository(models.Model):
         db_default=DB_DEFAULT_RETRIES_LEFT, default=MODEL_DEFAULT_RETRIES_LEFT
     )
     schema_version = models.SmallIntegerField(db_default=0, default=0)
-    created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True)
+    created_at = models.DateTimeField(default=clock.now, editable=False)
+    updated_at = models.DateTimeField(default=clock.now, editable=False)
 
     objects = RepositoryQuerySet.as_manager()
 
@@ -665,7 +683,7 @@ class Repository(models.Model):
         return f"repository of project {self.project_identifier} in index {self.zoekt_index_id}"
 
 
-class Task(models.Model):
+class Task(ClockStampedModel):
     """A unit of work for one node, pulled on its heartbeat (``zoekt_tasks``).
 
     The table is partitioned by LIST on ``partition_id`` with the primary key
@@ -706,8 +724,8 @@ class Task(models.Model):
     retries_left = models.SmallIntegerField(
         db_default=DB_DEFAULT_RETRIES_LEFT, default=MODEL_DEFAULT_RETRIES_LEFT
     )
-    created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True)
+    created_at = models.DateTimeField(default=clock.now, editable=False)
+    updated_at = models.DateTimeField(default=clock.now, editable=False)
 
     objects = TaskQuerySet.as_manager()
 
@@ -737,7 +755,7 @@ class Task(models.Model):
 # ----------------------------------------------------------------------------
 
 
-class ApplicationSetting(models.Model):
+class ApplicationSetting(ClockStampedModel):
     """GitLab's Zoekt application settings, one typed column per key (a single row, id 1).
 
     GitLab keeps these keys in one JSONB column; here each is a column of the
@@ -803,7 +821,7 @@ class ApplicationSetting(models.Model):
     zoekt_default_number_of_replicas = models.IntegerField(
         "Number of replicas per namespace", default=1
     )
-    updated_at = models.DateTimeField(auto_now=True)
+    updated_at = models.DateTimeField(default=clock.now, editable=False)
 
     class Meta:
         db_table = "application_settings"

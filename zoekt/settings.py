@@ -115,9 +115,11 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django.contrib.postgres",
     "rest_framework",
+    "rest_framework.authtoken",
     "drf_spectacular",
     "django_celery_beat",
     "zoekt",
+    "api",
 ]
 
 MIDDLEWARE = [
@@ -162,12 +164,24 @@ STATIC_URL = "static/"
 STATIC_ROOT = Path(os.environ.get("DJANGO_STATIC_ROOT", BASE_DIR / "var" / "static"))
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
-    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "api.errors.exception_handler",
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.SessionAuthentication",
+        "rest_framework.authentication.TokenAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAdminUser"],
+    "DEFAULT_PARSER_CLASSES": [
+        "rest_framework.parsers.JSONParser",
+        "rest_framework.parsers.FormParser",
+    ],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "UNAUTHENTICATED_USER": None,
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "zoekt-control",
@@ -188,6 +202,42 @@ CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_TASK_DEFAULT_QUEUE = os.environ.get("CELERY_QUEUE", "zoekt")
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+
+
+# --- Node authentication --------------------------------------------------------
+# Nodes sign a JWT with GitLab Shell's shared secret. GITLAB_SHELL_SECRET_FILE
+# names one or more files (comma-separated), one secret each, trailing newline
+# stripped: several are accepted at once so a secret can be rotated without
+# downtime; the first is the one this project's own fake nodes sign with.
+def _read_shell_secrets() -> list[str]:
+    secrets_found = []
+    for path in env_list("GITLAB_SHELL_SECRET_FILE"):
+        try:
+            value = Path(path).read_text().rstrip("\r\n")
+        except OSError as exc:
+            raise ImproperlyConfigured(
+                f"GITLAB_SHELL_SECRET_FILE: cannot read {path!r}: {exc}"
+            ) from exc
+        if not value:
+            raise ImproperlyConfigured(f"GITLAB_SHELL_SECRET_FILE: {path!r} is empty")
+        secrets_found.append(value)
+    return secrets_found
+
+
+# The web server refuses to start without one (zoekt.wsgi and the system
+# check api.E001); workers and one-off commands do not need it.
+GITLAB_SHELL_SECRETS = _read_shell_secrets()
+
+# Gitaly storages named in index payloads: {"storage": {"address": ..., "token": ...}}.
+import json as _json  # noqa: E402
+
+try:
+    ZOEKT_GITALY_STORAGES = _json.loads(
+        os.environ.get("ZOEKT_GITALY_STORAGES")
+        or '{"default": {"address": "unix:/var/opt/gitlab/gitaly/gitaly.socket", "token": ""}}'
+    )
+except ValueError as exc:
+    raise ImproperlyConfigured(f"ZOEKT_GITALY_STORAGES is not valid JSON: {exc}") from exc
 
 # --- Fleet constants that are deployment concerns -----------------------------
 # GitLab raises the node high/critical disk watermarks to 0.98/0.99 in its

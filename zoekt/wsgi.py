@@ -7,3 +7,8 @@ from django.core.wsgi import get_wsgi_application
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "zoekt.settings")
 
 application = get_wsgi_application()
+
+from api.authentication import require_shell_secrets  # noqa: E402
+
+# Serving nodes without a shared secret would reject every heartbeat: refuse to start.
+require_shell_secrets()

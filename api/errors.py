@@ -1,0 +1,84 @@
+"""One JSON shape for every API error, naming the field at fault.
+
+    {"error": "disk.all: A valid integer is required.",
+     "errors": {"disk.all": ["A valid integer is required."]}}
+
+``error`` is one line for a person or a log; ``errors`` maps each field (or
+``body``, or ``non_field_errors``) to its messages for a program.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
+
+
+class PayloadTooLarge(exceptions.APIException):
+    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
+    default_detail = "Request body too large."
+    default_code = "payload_too_large"
+
+
+class UnprocessableEntity(exceptions.APIException):
+    status_code = status.HTTP_422_UNPROCESSABLE_ENTITY
+    default_detail = "Unprocessable entity."
+    default_code = "unprocessable_entity"
+
+
+def _flatten(detail: Any, prefix: str = "") -> dict[str, list[str]]:
+    """Nested serializer errors as {"a.b[0].c": [messages]}."""
+    out: dict[str, list[str]] = {}
+    if isinstance(detail, dict):
+        for key, value in detail.items():
+            name = f"{prefix}.{key}" if prefix else str(key)
+            for sub, messages in _flatten(value, name).items():
+                out.setdefault(sub, []).extend(messages)
+    elif isinstance(detail, list):
+        if all(not isinstance(item, dict | list) for item in detail):
+            out[prefix or "non_field_errors"] = [str(item) for item in detail]
+        else:
+            for index, item in enumerate(detail):
+                if item:
+                    for sub, messages in _flatten(item, f"{prefix}[{index}]").items():
+                        out.setdefault(sub, []).extend(messages)
+    else:
+        out[prefix or "non_field_errors"] = [str(detail)]
+    return out
+
+
+def error_body(errors: dict[str, list[str]]) -> dict[str, Any]:
+    first_field, messages = next(iter(errors.items()))
+    return {"error": f"{first_field}: {messages[0]}", "errors": errors}
+
+
+def exception_handler(exc: Exception, context: dict) -> Response | None:
+    response = drf_exception_handler(exc, context)
+    if response is None:
+        return None
+    if isinstance(exc, exceptions.ValidationError):
+        errors = _flatten(exc.detail)
+    elif isinstance(exc, exceptions.ParseError):
+        errors = {"body": [str(exc.detail)]}
+    elif isinstance(exc, exceptions.UnsupportedMediaType):
+        errors = {"content_type": [str(exc.detail)]}
+    elif isinstance(exc, exceptions.NotAuthenticated | exceptions.AuthenticationFailed):
+        errors = (
+            {"Gitlab-Shell-Api-Request": [str(exc.detail)]}
+            if _is_node_api(context)
+            else {"authorization": [str(exc.detail)]}
+        )
+    elif isinstance(exc, PayloadTooLarge):
+        errors = {"body": [str(exc.detail)]}
+    else:
+        detail = exc.detail if isinstance(exc, exceptions.APIException) else str(exc)
+        errors = _flatten(detail) if isinstance(detail, dict | list) else {"request": [str(detail)]}
+    response.data = error_body(errors)
+    return response
+
+
+def _is_node_api(context: dict) -> bool:
+    view = context.get("view")
+    return bool(getattr(view, "node_api", False))

@@ -1,0 +1,153 @@
+"""Request validation for the node protocol. Serializers validate; they never write.
+
+GitLab's node API takes literally dotted keys (``node.url``, ``disk.all``),
+in JSON or form-encoded bodies, so the heartbeat serializer declares its
+fields under those names. Unknown keys are refused, naming the key, so a typo
+in a node's request is an error rather than a silently ignored value.
+"""
+
+from __future__ import annotations
+
+import json
+
+from rest_framework import serializers
+
+MAX_BIGINT = 2**63 - 1
+MAX_SMALLINT = 2**15 - 1
+MAX_URL_LENGTH = 1024
+MAX_BODY_BYTES = 64 * 1024
+
+
+def _bytes(**kwargs) -> serializers.IntegerField:
+    return serializers.IntegerField(min_value=0, max_value=MAX_BIGINT, **kwargs)
+
+
+class StrictSerializer(serializers.Serializer):
+    """Refuses keys it does not declare."""
+
+    def to_internal_value(self, data):
+        if hasattr(data, "keys"):
+            unknown = sorted(set(data.keys()) - set(self.fields))
+            if unknown:
+                raise serializers.ValidationError({key: ["Unknown field."] for key in unknown})
+        return super().to_internal_value(data)
+
+
+class JSONObjectField(serializers.Field):
+    """An object: a JSON object in JSON bodies, a JSON-encoded string in form bodies."""
+
+    default_error_messages = {"invalid": "Must be a JSON object."}
+
+    def __init__(self, serializer_class: type[serializers.Serializer], **kwargs):
+        self.serializer_class = serializer_class
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data):
+        if isinstance(data, str):
+            try:
+                data = json.loads(data)
+            except ValueError:
+                self.fail("invalid")
+        if not isinstance(data, dict):
+            self.fail("invalid")
+        inner = self.serializer_class(data=data)
+        if not inner.is_valid():
+            raise serializers.ValidationError(inner.errors)
+        return inner.validated_data
+
+    def to_representation(self, value):
+        return value
+
+
+class RequiredBooleanField(serializers.BooleanField):
+    """A boolean that must be sent, in form bodies too (DRF reads absent as false there)."""
+
+    default_empty_html = serializers.empty
+
+
+# --- process_health ----------------------------------------------------------------
+
+
+class ProcessMetricsSerializer(StrictSerializer):
+    rss_bytes = _bytes(required=False)
+    mmap_current = _bytes(required=False)
+    mmap_max = _bytes(required=False)
+    restart_count = serializers.IntegerField(min_value=0, max_value=2**31 - 1, required=False)
+    uptime_seconds = serializers.FloatField(min_value=0, max_value=1e12, required=False)
+
+
+class WebserverMetricsSerializer(ProcessMetricsSerializer):
+    shards_loaded = serializers.IntegerField(min_value=0, max_value=2**31 - 1, required=False)
+    memory_limit_bytes = _bytes(required=False)
+
+
+class ProcessHealthSerializer(StrictSerializer):
+    indexer = ProcessMetricsSerializer(required=False)
+    webserver = WebserverMetricsSerializer(required=False)
+
+
+# --- heartbeat ------------------------------------------------------------------------
+
+
+class HeartbeatSerializer(StrictSerializer):
+    """``POST /api/v4/internal/search/zoekt/<uuid>/heartbeat`` (reference 3.2)."""
+
+    def get_fields(self):
+        return {
+            "node.url": serializers.URLField(max_length=MAX_URL_LENGTH),
+            "node.search_url": serializers.URLField(max_length=MAX_URL_LENGTH, required=False),
+            "node.name": serializers.CharField(max_length=255),
+            "node.services": serializers.ListField(
+                child=serializers.CharField(max_length=64), max_length=16, required=False
+            ),
+            "node.schema_version": serializers.IntegerField(
+                min_value=0, max_value=MAX_SMALLINT, required=False
+            ),
+            "node.knowledge_graph_schema_version": serializers.IntegerField(
+                min_value=0, max_value=MAX_SMALLINT, required=False
+            ),
+            "node.task_count": serializers.IntegerField(
+                min_value=0, max_value=2**31 - 1, required=False
+            ),
+            "node.concurrency": serializers.IntegerField(
+                min_value=0, max_value=100_000, required=False
+            ),
+            "node.version": serializers.CharField(max_length=255, required=False, allow_blank=True),
+            "disk.all": _bytes(),
+            "disk.used": _bytes(),
+            "disk.indexed": _bytes(required=False),
+            "process_health": JSONObjectField(ProcessHealthSerializer, required=False),
+        }
+
+    def validate(self, attrs):
+        if attrs["disk.used"] > attrs["disk.all"]:
+            raise serializers.ValidationError({"disk.used": ["Must not exceed disk.all."]})
+        return attrs
+
+
+# --- callback -------------------------------------------------------------------------------
+
+
+class CallbackPayloadSerializer(StrictSerializer):
+    task_id = serializers.IntegerField(min_value=1, max_value=MAX_BIGINT)
+    schema_version = serializers.IntegerField(min_value=0, max_value=MAX_SMALLINT, required=False)
+    service_type = serializers.CharField(max_length=64, required=False)
+
+
+class RepoStatsSerializer(StrictSerializer):
+    size_in_bytes = _bytes(required=False)
+    index_file_count = serializers.IntegerField(min_value=0, max_value=2**31 - 1, required=False)
+
+
+class AdditionalPayloadSerializer(StrictSerializer):
+    repo_stats = RepoStatsSerializer(required=False)
+
+
+class CallbackSerializer(StrictSerializer):
+    """``POST /api/v4/internal/search/zoekt/<uuid>/callback`` (reference 3.3)."""
+
+    name = serializers.ChoiceField(choices=["index", "delete"])
+    success = RequiredBooleanField()
+    error = serializers.CharField(max_length=10_000, required=False, allow_blank=True)
+    payload = JSONObjectField(CallbackPayloadSerializer)
+    additional_payload = JSONObjectField(AdditionalPayloadSerializer, required=False)

@@ -1,0 +1,1 @@
+"""Task creation and state upkeep between a plan and a searchable namespace."""
