@@ -9,6 +9,7 @@ in a node's request is an error rather than a silently ignored value.
 from __future__ import annotations
 
 import json
+from urllib.parse import urlsplit
 
 from rest_framework import serializers
 
@@ -16,6 +17,30 @@ MAX_BIGINT = 2**63 - 1
 MAX_SMALLINT = 2**15 - 1
 MAX_URL_LENGTH = 1024
 MAX_BODY_BYTES = 64 * 1024
+
+
+class NodeURLField(serializers.CharField):
+    """An http(s) URL with a host; single-label hosts (``http://zoekt-0:6065``) are fine."""
+
+    default_error_messages = {"invalid": "Enter an http or https URL with a host."}
+
+    def __init__(self, **kwargs):
+        super().__init__(max_length=MAX_URL_LENGTH, **kwargs)
+
+    def to_internal_value(self, data):
+        value = super().to_internal_value(data)
+        try:
+            parts = urlsplit(value)
+            parts.port  # noqa: B018 - raises ValueError on a bad port
+        except ValueError:
+            self.fail("invalid")
+        if (
+            parts.scheme not in {"http", "https"}
+            or not parts.hostname
+            or any(c.isspace() for c in value)
+        ):
+            self.fail("invalid")
+        return value
 
 
 def _bytes(**kwargs) -> serializers.IntegerField:
@@ -94,8 +119,8 @@ class HeartbeatSerializer(StrictSerializer):
 
     def get_fields(self):
         return {
-            "node.url": serializers.URLField(max_length=MAX_URL_LENGTH),
-            "node.search_url": serializers.URLField(max_length=MAX_URL_LENGTH, required=False),
+            "node.url": NodeURLField(),
+            "node.search_url": NodeURLField(required=False),
             "node.name": serializers.CharField(max_length=255),
             "node.services": serializers.ListField(
                 child=serializers.CharField(max_length=64), max_length=16, required=False
@@ -120,9 +145,23 @@ class HeartbeatSerializer(StrictSerializer):
         }
 
     def validate(self, attrs):
+        # DRF nests a dotted field name under its parts ({"disk": {"used": ...}});
+        # hand the action the flat names the node sent.
+        attrs = _flatten_dotted(attrs)
         if attrs["disk.used"] > attrs["disk.all"]:
             raise serializers.ValidationError({"disk.used": ["Must not exceed disk.all."]})
         return attrs
+
+
+def _flatten_dotted(attrs: dict) -> dict:
+    flat: dict = {}
+    for key, value in attrs.items():
+        if key in {"node", "disk"} and isinstance(value, dict):
+            for sub, sub_value in value.items():
+                flat[f"{key}.{sub}"] = sub_value
+        else:
+            flat[key] = value
+    return flat
 
 
 # --- callback -------------------------------------------------------------------------------

@@ -6,9 +6,22 @@ calls it can log one line.
 
 from __future__ import annotations
 
-from django.db import transaction
+import dataclasses
+import json
+import random
+import uuid
+from datetime import timedelta
 
-from zoekt.models import Replica
+from django.conf import settings as django_settings
+from django.core.cache import cache
+from django.db import connection, transaction
+from django.db.models import Case, F, Value, When
+
+from zoekt import capacity, clock
+from zoekt.logging import get_logger
+from zoekt.models import Index, Node, Replica, Repository, Task
+
+log = get_logger(__name__)
 
 
 def do_update_replica_states() -> dict[str, int]:
@@ -30,3 +43,280 @@ def do_update_replica_states() -> dict[str, int]:
             .update(state=Replica.State.PENDING)
         )
     return {"replicas_marked_ready": promoted, "replicas_marked_pending": demoted}
+
+
+# ----------------------------------------------------------------------------
+# Node protocol: heartbeat and callback
+# ----------------------------------------------------------------------------
+
+_UPSERT_NODE_SQL = """
+INSERT INTO zoekt_nodes AS n (
+    uuid, index_base_url, search_base_url, last_seen_at, total_bytes, used_bytes,
+    indexed_bytes, usable_storage_bytes, schema_version, services, metadata,
+    created_at, updated_at
+) VALUES (
+    %(uuid)s, %(index_base_url)s, %(search_base_url)s, %(now)s, %(total)s, %(used)s,
+    COALESCE(%(indexed)s, 0), %(total)s - %(used)s + COALESCE(%(indexed)s, 0),
+    COALESCE(%(schema_version)s, 0), COALESCE(%(services)s::smallint[], '{0}'),
+    %(metadata)s::jsonb, %(now)s, %(now)s
+)
+ON CONFLICT (uuid) DO UPDATE SET
+    index_base_url = EXCLUDED.index_base_url,
+    search_base_url = EXCLUDED.search_base_url,
+    last_seen_at = EXCLUDED.last_seen_at,
+    total_bytes = EXCLUDED.total_bytes,
+    used_bytes = EXCLUDED.used_bytes,
+    indexed_bytes = COALESCE(%(indexed)s, n.indexed_bytes),
+    schema_version = COALESCE(%(schema_version)s, n.schema_version),
+    services = COALESCE(%(services)s::smallint[], n.services),
+    metadata = n.metadata || EXCLUDED.metadata,
+    usable_storage_bytes = CASE
+        WHEN n.usable_storage_bytes_locked_until > %(now)s THEN n.usable_storage_bytes
+        ELSE EXCLUDED.total_bytes - EXCLUDED.used_bytes + COALESCE(%(indexed)s, n.indexed_bytes)
+    END,
+    usable_storage_bytes_locked_until = CASE
+        WHEN n.usable_storage_bytes_locked_until > %(now)s THEN n.usable_storage_bytes_locked_until
+    END,
+    updated_at = EXCLUDED.updated_at
+WHERE n.updated_at <= %(debounce_before)s
+RETURNING id, (xmax = 0) AS inserted, schema_version, metadata
+"""
+
+
+@dataclasses.dataclass(frozen=True)
+class HeartbeatResult:
+    node_id: int
+    registered: bool
+    saved: bool
+    schema_version: int
+    metadata: dict
+
+
+def do_record_heartbeat(node_uuid: uuid.UUID, data: dict) -> HeartbeatResult:
+    """Upsert the node from a validated heartbeat, in one statement.
+
+    A new node is inserted (``registered``). An existing row is rewritten
+    unless it was written less than 5 s ago (GitLab's save debounce), in which
+    case nothing is written (``saved`` is false) and the stored values stand.
+    """
+    now = clock.now()
+    metadata = {"name": data["node.name"]}
+    for key in ("task_count", "concurrency", "version"):
+        if f"node.{key}" in data:
+            metadata[key] = data[f"node.{key}"]
+    if "process_health" in data:
+        metadata["process_health"] = data["process_health"]
+        if "webserver" in data["process_health"]:
+            metadata["webserver_last_seen_at"] = now.isoformat()
+    services = None
+    if "node.services" in data:
+        services = [
+            Node.Service[name.upper()].value
+            for name in data["node.services"]
+            if name.upper() in Node.Service.__members__
+        ]
+    params = {
+        "uuid": node_uuid,
+        "index_base_url": data["node.url"],
+        "search_base_url": data.get("node.search_url") or data["node.url"],
+        "now": now,
+        "total": data["disk.all"],
+        "used": data["disk.used"],
+        "indexed": data.get("disk.indexed"),
+        "schema_version": data.get("node.schema_version"),
+        "services": services,
+        "metadata": json.dumps(metadata),
+        "debounce_before": now - timedelta(seconds=capacity.DEBOUNCE_DELAY_SECONDS),
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(_UPSERT_NODE_SQL, params)
+        row = cursor.fetchone()
+        if row is not None:
+            node_id, inserted, schema_version, stored_metadata = row
+            return HeartbeatResult(
+                node_id, bool(inserted), True, schema_version, _json_value(stored_metadata)
+            )
+        cursor.execute(
+            "SELECT id, schema_version, metadata FROM zoekt_nodes WHERE uuid = %s", [node_uuid]
+        )
+        node_id, schema_version, stored_metadata = cursor.fetchone()
+    return HeartbeatResult(
+        node_id, False, False, schema_version, {**_json_value(stored_metadata), **metadata}
+    )
+
+
+def _json_value(value) -> dict:
+    return json.loads(value) if isinstance(value, str) else (value or {})
+
+
+@dataclasses.dataclass(frozen=True)
+class HeartbeatReply:
+    id: int
+    truncate: bool
+    tasks: list[dict]
+    pull_frequency: str
+    stop_indexing: bool
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def do_heartbeat(node_uuid: uuid.UUID, data: dict) -> HeartbeatReply:
+    """Record a heartbeat and hand the node its tasks (reference 3.2, 7.2)."""
+    from zoekt import app_settings, protocol
+
+    settings_now = app_settings.current()
+    result = do_record_heartbeat(node_uuid, data)
+    limit = capacity.concurrency_limit(
+        result.metadata.get("concurrency"),
+        result.metadata.get("concurrency_override"),
+        settings_now.cpu_to_tasks_ratio,
+    )
+    development = bool(getattr(django_settings, "ZOEKT_DEVELOPMENT_WATERMARKS", False))
+    percent = capacity.storage_percent_used(data["disk.used"], data["disk.all"])
+    critical = capacity.node_watermark(percent, development) == capacity.NodeWatermark.CRITICAL
+    tasks: list[dict] = []
+    if not settings_now.indexing_paused:
+        if critical:
+            log.warning(
+                "heartbeat_critical_watermark",
+                node_id=result.node_id,
+                storage_percent_used=round(percent, 4),
+            )
+        handed = protocol.hand_out_tasks(result.node_id, limit, only_delete=critical)
+        tasks = protocol.serialize_tasks(
+            handed.tasks, node_schema_version=result.schema_version, zoekt_settings=settings_now
+        )
+    return HeartbeatReply(
+        id=result.node_id,
+        truncate=result.registered,
+        tasks=tasks,
+        pull_frequency=protocol.task_pull_frequency(result.node_id, limit),
+        stop_indexing=settings_now.indexing_paused or critical,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class CallbackOutcome:
+    """What a callback did, as data: ``action`` is a stable code."""
+
+    action: str
+    task_id: int | None = None
+
+
+INDEX_DEBOUNCE_SECONDS = 30
+# Tasks are kept for 7 days after their partition's newest row (reference 1.6).
+TASK_FAILED_CLAIM_SECONDS = 8 * 24 * 3600
+
+
+def do_apply_callback(node: Node, data: dict) -> CallbackOutcome:
+    """Apply a node's report on one of its tasks (reference 7.5). Safe to repeat."""
+    task_id = data["payload"]["task_id"]
+    now = clock.now()
+    with transaction.atomic():
+        task = Task.objects.select_for_update().filter(id=task_id, zoekt_node_id=node.id).first()
+        if task is None:
+            return CallbackOutcome("ignored_unknown_task", task_id)
+        if data["success"]:
+            return _apply_success(task, node, data, now)
+        return _apply_failure(task, now)
+
+
+def _apply_success(task: Task, node: Node, data: dict, now) -> CallbackOutcome:
+    if task.state == Task.State.DONE:
+        return CallbackOutcome("ignored_already_done", task.id)
+    if task.task_type == Task.TaskType.DELETE_REPO:
+        Repository.objects.filter(id=task.zoekt_repository_id).delete()
+    else:
+        repo = Repository.objects.select_for_update().filter(id=task.zoekt_repository_id).first()
+        if repo is not None:
+            _record_indexed(repo, node, data, now)
+    Task.objects.filter(id=task.id).update(state=Task.State.DONE, updated_at=now)
+    return CallbackOutcome("done", task.id)
+
+
+def _record_indexed(repo: Repository, node: Node, data: dict, now) -> None:
+    repo.indexed_at = now
+    if repo.state in (Repository.State.PENDING, Repository.State.INITIALIZING):
+        repo.state = Repository.State.READY
+    stats = (data.get("additional_payload") or {}).get("repo_stats") or {}
+    if "size_in_bytes" in stats:
+        repo.size_bytes = stats["size_in_bytes"]
+    if "index_file_count" in stats:
+        repo.index_file_count = stats["index_file_count"]
+    repo.retries_left = Repository.DB_DEFAULT_RETRIES_LEFT
+    repo.schema_version = node.schema_version
+    repo.save(
+        update_fields=[
+            "indexed_at",
+            "state",
+            "size_bytes",
+            "index_file_count",
+            "retries_left",
+            "schema_version",
+        ]
+    )
+    # Debounced: the index's used bytes are recomputed once it is marked stale.
+    Index.objects.filter(
+        id=repo.zoekt_index_id,
+        last_indexed_at__lt=now - timedelta(seconds=INDEX_DEBOUNCE_SECONDS),
+    ).update(last_indexed_at=now, updated_at=now)
+
+
+def retry_delay_seconds(retries_left: int, jitter_fraction: float) -> float:
+    """GitLab's backoff: 5 min × 2^attempt, plus 0–50 % jitter (``jitter_fraction`` in [0, 1])."""
+    attempt = Task.MODEL_DEFAULT_RETRIES_LEFT - retries_left
+    delay = Task.RETRY_DELAY_SECONDS * (2**attempt)
+    return delay + delay * 0.5 * jitter_fraction
+
+
+def _apply_failure(task: Task, now) -> CallbackOutcome:
+    if task.state == Task.State.FAILED:
+        return CallbackOutcome("ignored_already_failed", task.id)
+    if task.state != Task.State.PROCESSING or task.perform_at > now:
+        # Not handed out, or already rescheduled by this same report: a repeat.
+        return CallbackOutcome("ignored_not_processing", task.id)
+    if task.retries_left > 1:
+        delay = retry_delay_seconds(task.retries_left, random.random())
+        Task.objects.filter(id=task.id).update(
+            retries_left=task.retries_left - 1,
+            perform_at=now + timedelta(seconds=delay),
+            updated_at=now,
+        )
+        return CallbackOutcome("retry_scheduled", task.id)
+    Task.objects.filter(id=task.id).update(state=Task.State.FAILED, retries_left=0, updated_at=now)
+    from zoekt.tasks import handle_task_failed_task
+
+    handle_task_failed_task.delay_on_commit(task.id)
+    return CallbackOutcome("failed", task.id)
+
+
+def do_handle_task_failed(task_id: int) -> dict:
+    """A task failed for good: spend one of its repository's retries (reference 7.4)."""
+    task = Task.objects.filter(id=task_id, state=Task.State.FAILED).first()
+    if task is None:
+        return {"task_id": task_id, "handled": False, "reason": "task_not_failed"}
+    # A redelivered event must not spend a second retry: claim it once.
+    if not cache.add(f"zoekt:task-failed-handled:{task_id}", 1, TASK_FAILED_CLAIM_SECONDS):
+        return {"task_id": task_id, "handled": False, "reason": "already_handled"}
+    retry_state = (
+        Repository.State.PENDING_DELETION
+        if task.task_type == Task.TaskType.DELETE_REPO
+        else Repository.State.PENDING
+    )
+    now = clock.now()
+    with transaction.atomic():
+        updated = Repository.objects.filter(id=task.zoekt_repository_id, retries_left__gt=0).update(
+            retries_left=F("retries_left") - 1,
+            state=Case(
+                When(retries_left__lte=1, then=Value(Repository.State.FAILED)),
+                default=Value(retry_state),
+            ),
+            updated_at=now,
+        )
+    repo = Repository.objects.filter(id=task.zoekt_repository_id).values("state").first()
+    return {
+        "task_id": task_id,
+        "handled": bool(updated),
+        "repository_state": repo["state"] if repo else None,
+    }

@@ -39,3 +39,10 @@ def refresh_buffer_factor_task() -> dict:
     }
     log.info("refresh_buffer_factor", **result)
     return result
+
+
+@shared_task(name="zoekt.handle_task_failed")
+def handle_task_failed_task(task_id: int) -> dict:
+    result = actions.do_handle_task_failed(task_id)
+    log.info("handle_task_failed", **result)
+    return result

@@ -1,7 +1,7 @@
 """URL routes: the admin, health probe and OpenAPI schema."""
 
 from django.contrib import admin
-from django.urls import path
+from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView
 
 from zoekt import views
@@ -10,4 +10,5 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("-/health", views.health, name="health"),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("", include("api.urls")),
 ]

@@ -1,0 +1,3 @@
+"""Routes of the operator API (GitLab's admin endpoints and the catalog bulk upsert)."""
+
+urlpatterns: list = []

@@ -1,0 +1,3 @@
+"""Routes of the search-target read API."""
+
+urlpatterns: list = []

@@ -1,0 +1,20 @@
+"""Routes of the node protocol (GitLab's paths) and the operator API."""
+
+from django.urls import include, path
+
+from api import views
+
+urlpatterns = [
+    path(
+        "api/v4/internal/search/zoekt/<str:uuid>/heartbeat",
+        views.HeartbeatView.as_view(),
+        name="zoekt-heartbeat",
+    ),
+    path(
+        "api/v4/internal/search/zoekt/<str:uuid>/callback",
+        views.CallbackView.as_view(),
+        name="zoekt-callback",
+    ),
+    path("", include("api.search_urls")),
+    path("", include("api.operator_urls")),
+]

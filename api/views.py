@@ -1,0 +1,153 @@
+"""HTTP views: authenticate, validate with a serializer, one ``do_*`` call, a small reply."""
+
+from __future__ import annotations
+
+import uuid
+
+from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
+from rest_framework import status
+from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from api import serializers
+from api.authentication import GitlabShellJWTAuthentication
+from api.errors import PayloadTooLarge, UnprocessableEntity
+from zoekt import actions
+from zoekt.logging import get_logger
+from zoekt.models import Node
+
+log = get_logger(__name__)
+
+
+def parse_node_uuid(value: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        from rest_framework.exceptions import ValidationError
+
+        raise ValidationError({"uuid": ["Must be a valid UUID."]}) from None
+
+
+class NodeAPIView(APIView):
+    """Base for the internal node API: JWT authentication, body size cap, no user."""
+
+    node_api = True
+    authentication_classes = [GitlabShellJWTAuthentication]
+    permission_classes: list = []
+    parser_classes = [JSONParser, FormParser, MultiPartParser]
+
+    def initial(self, request, *args, **kwargs):
+        # Refuse an oversize body before reading or parsing it.
+        try:
+            declared = int(request.META.get("CONTENT_LENGTH") or 0)
+        except ValueError:
+            declared = 0
+        if declared > serializers.MAX_BODY_BYTES:
+            raise PayloadTooLarge(f"Request body exceeds {serializers.MAX_BODY_BYTES} bytes.")
+        super().initial(request, *args, **kwargs)
+        if len(request.body) > serializers.MAX_BODY_BYTES:
+            raise PayloadTooLarge(f"Request body exceeds {serializers.MAX_BODY_BYTES} bytes.")
+
+
+HEARTBEAT_EXAMPLE = {
+    "node.url": "http://zoekt-0.zoekt:6065",
+    "node.search_url": "http://zoekt-0.zoekt:6070",
+    "node.name": "zoekt-0",
+    "node.version": "v1.16.2",
+    "node.schema_version": 2531,
+    "node.concurrency": 8,
+    "node.task_count": 0,
+    "node.services": ["zoekt"],
+    "disk.all": 107374182400,
+    "disk.used": 32212254720,
+    "disk.indexed": 21474836480,
+    "process_health": {
+        "indexer": {"rss_bytes": 536870912, "restart_count": 0, "uptime_seconds": 86400},
+        "webserver": {
+            "rss_bytes": 8589934592,
+            "mmap_current": 12000,
+            "mmap_max": 262144,
+            "restart_count": 0,
+            "uptime_seconds": 86400,
+            "shards_loaded": 420,
+        },
+    },
+}
+
+
+class HeartbeatView(NodeAPIView):
+    @extend_schema(
+        operation_id="zoekt_node_heartbeat",
+        summary="A node reports itself and receives its tasks",
+        request=serializers.HeartbeatSerializer,
+        responses={
+            200: OpenApiResponse(description="id, truncate, tasks, pull_frequency, stop_indexing")
+        },
+        examples=[OpenApiExample("A node's heartbeat", value=HEARTBEAT_EXAMPLE, request_only=True)],
+    )
+    def post(self, request, uuid: str):
+        node_uuid = parse_node_uuid(uuid)
+        serializer = serializers.HeartbeatSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        reply = actions.do_heartbeat(node_uuid, serializer.validated_data)
+        return Response(reply.as_dict())
+
+
+class CallbackView(NodeAPIView):
+    @extend_schema(
+        operation_id="zoekt_node_callback",
+        summary="A node reports the result of a task",
+        request=serializers.CallbackSerializer,
+        responses={
+            202: OpenApiResponse(description="Accepted"),
+            422: OpenApiResponse(description="Unknown node"),
+        },
+        examples=[
+            OpenApiExample(
+                "Index succeeded",
+                value={
+                    "name": "index",
+                    "success": True,
+                    "payload": {"task_id": 42, "schema_version": 2531},
+                    "additional_payload": {
+                        "repo_stats": {"size_in_bytes": 1048576, "index_file_count": 3}
+                    },
+                },
+                request_only=True,
+            ),
+            OpenApiExample(
+                "Delete failed",
+                value={
+                    "name": "delete",
+                    "success": False,
+                    "error": "disk full",
+                    "payload": {"task_id": 43, "service_type": "zoekt"},
+                },
+                request_only=True,
+            ),
+        ],
+    )
+    def post(self, request, uuid: str):
+        node_uuid = parse_node_uuid(uuid)
+        serializer = serializers.CallbackSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        node = Node.objects.filter(uuid=node_uuid).first()
+        log_fields = {
+            "node_uuid": str(node_uuid),
+            "name": data["name"],
+            "success": data["success"],
+            "task_id": data["payload"]["task_id"],
+            "error": data.get("error"),
+        }
+        if node is None:
+            log.error("callback_unknown_node", **log_fields)
+            raise UnprocessableEntity({"uuid": ["No node has this uuid."]})
+        outcome = actions.do_apply_callback(node, data)
+        (log.info if data["success"] else log.error)(
+            "callback", action=outcome.action, **log_fields
+        )
+        return Response(
+            {"message": "accepted", "action": outcome.action}, status=status.HTTP_202_ACCEPTED
+        )
