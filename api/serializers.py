@@ -13,6 +13,8 @@ from urllib.parse import urlsplit
 
 from rest_framework import serializers
 
+from zoekt.models import Node
+
 MAX_BIGINT = 2**63 - 1
 MAX_SMALLINT = 2**15 - 1
 MAX_URL_LENGTH = 1024
@@ -150,6 +152,14 @@ class HeartbeatSerializer(StrictSerializer):
         attrs = _flatten_dotted(attrs)
         if attrs["disk.used"] > attrs["disk.all"]:
             raise serializers.ValidationError({"disk.used": ["Must not exceed disk.all."]})
+        # Unknown names are dropped, but a node must offer at least one service
+        # (GitLab's validation; an empty list would fail the node's save).
+        if "node.services" in attrs and not any(
+            name.upper() in Node.Service.__members__ for name in attrs["node.services"]
+        ):
+            raise serializers.ValidationError(
+                {"node.services": ["Must name at least one known service (zoekt)."]}
+            )
         return attrs
 
 

@@ -1,5 +1,6 @@
 """Routes of the node protocol (GitLab's paths) and the operator API."""
 
+from django.conf import settings
 from django.urls import include, path
 
 from api import views
@@ -18,3 +19,11 @@ urlpatterns = [
     path("", include("api.search_urls")),
     path("", include("api.operator_urls")),
 ]
+
+if settings.ZOEKT_BENCH_ENDPOINTS:
+    from api import bench_views
+
+    urlpatterns += [
+        path("bench/floor/<str:uuid>/heartbeat", bench_views.FloorHeartbeatView.as_view()),
+        path("bench/ceiling/<str:uuid>/heartbeat", bench_views.CeilingHeartbeatView.as_view()),
+    ]

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import pytest
 from django.core.cache import cache
 
-from zoekt import clock
+from zoekt import app_settings, clock
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 
@@ -15,8 +15,10 @@ NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 @pytest.fixture(autouse=True)
 def _clean_cache():
     cache.clear()
+    app_settings.invalidate()
     yield
     cache.clear()
+    app_settings.invalidate()
 
 
 @pytest.fixture

@@ -176,6 +176,7 @@ def do_heartbeat(node_uuid: uuid.UUID, data: dict) -> HeartbeatReply:
     percent = capacity.storage_percent_used(data["disk.used"], data["disk.all"])
     critical = capacity.node_watermark(percent, development) == capacity.NodeWatermark.CRITICAL
     tasks: list[dict] = []
+    backlog = None
     if not settings_now.indexing_paused:
         if critical:
             log.warning(
@@ -184,6 +185,7 @@ def do_heartbeat(node_uuid: uuid.UUID, data: dict) -> HeartbeatReply:
                 storage_percent_used=round(percent, 4),
             )
         handed = protocol.hand_out_tasks(result.node_id, limit, only_delete=critical)
+        backlog = handed.backlog
         tasks = protocol.serialize_tasks(
             handed.tasks, node_schema_version=result.schema_version, zoekt_settings=settings_now
         )
@@ -191,7 +193,9 @@ def do_heartbeat(node_uuid: uuid.UUID, data: dict) -> HeartbeatReply:
         id=result.node_id,
         truncate=result.registered,
         tasks=tasks,
-        pull_frequency=protocol.task_pull_frequency(result.node_id, limit),
+        pull_frequency=protocol.task_pull_frequency(
+            protocol.pending_backlog(result.node_id, limit) if backlog is None else backlog, limit
+        ),
         stop_indexing=settings_now.indexing_paused or critical,
     )
 

@@ -826,7 +826,16 @@ SETTINGS_FIELDSETS = (
             )
         },
     ),
-    ("Search", {"fields": ("zoekt_search_enabled", "zoekt_cache_response")}),
+    (
+        "Search",
+        {
+            "fields": (
+                "zoekt_search_enabled",
+                "zoekt_cache_response",
+                "zoekt_search_max_restarts",
+            )
+        },
+    ),
     (
         "Rollout",
         {

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import time
 
 from django.conf import settings as django_settings
 from django.core.cache import cache
@@ -74,6 +75,7 @@ class ZoektSettings:
     trigram_max: int = 20_000
     rollout_retry_interval_seconds: int | None = 86400
     default_number_of_replicas: int = 1
+    search_max_restarts: int = 5
 
     @property
     def indexing_timeout(self) -> str:
@@ -108,6 +110,7 @@ def from_row(row) -> ZoektSettings:
             row.zoekt_rollout_retry_interval, default="1d", zero_disables=True
         ),
         default_number_of_replicas=row.zoekt_default_number_of_replicas,
+        search_max_restarts=row.zoekt_search_max_restarts,
     )
 
 
@@ -119,8 +122,24 @@ def load_row():
     return row
 
 
+# A one-second memo in each process on top of Redis: the heartbeat reads the
+# settings on every request, and a change still reaches every process within
+# a second of the row being saved (the save drops the Redis entry at once).
+_MEMO_SECONDS = 1.0
+_memo: dict[str, tuple[float, ZoektSettings]] = {}
+
+
 def current() -> ZoektSettings:
-    """The settings in force, from Redis when fresh, else from the row."""
+    """The settings in force: from this process's memo, Redis, or the row."""
+    memo = _memo.get(CACHE_KEY)
+    if memo is not None and memo[0] > time.monotonic():
+        return memo[1]
+    value = _current_from_cache()
+    _memo[CACHE_KEY] = (time.monotonic() + _MEMO_SECONDS, value)
+    return value
+
+
+def _current_from_cache() -> ZoektSettings:
     cached = cache.get(CACHE_KEY)
     if isinstance(cached, dict):
         try:
@@ -133,6 +152,7 @@ def current() -> ZoektSettings:
 
 
 def invalidate() -> None:
+    _memo.clear()
     cache.delete(CACHE_KEY)
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from django.contrib.postgres.fields import ArrayField
+from django.core.validators import MinValueValidator
 from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Length, Now
@@ -778,6 +779,13 @@ class ApplicationSetting(ClockStampedModel):
     zoekt_cache_response = models.BooleanField(
         "Cache search results for five minutes", default=True
     )
+    zoekt_search_max_restarts = models.IntegerField(
+        "Process restarts before a node leaves search",
+        default=5,
+        validators=[MinValueValidator(0)],
+        help_text="A node whose indexer or webserver reports more restarts than this is "
+        "left out of search (once every online node runs Zoekt 1.16.0 or later).",
+    )
     zoekt_cpu_to_tasks_ratio = models.FloatField("Indexing CPU to tasks multiplier", default=1.0)
     zoekt_force_reindexing_percentage = models.FloatField(
         "Probability (in %) that an index task becomes a force-reindex", default=0.25
@@ -855,6 +863,10 @@ class ApplicationSetting(ClockStampedModel):
             models.CheckConstraint(
                 condition=Q(zoekt_default_number_of_replicas__gt=0),
                 name="check_zoekt_default_number_of_replicas_positive",
+            ),
+            models.CheckConstraint(
+                condition=Q(zoekt_search_max_restarts__gte=0),
+                name="check_zoekt_search_max_restarts_non_negative",
             ),
         ]
 

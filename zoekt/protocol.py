@@ -13,8 +13,7 @@ from collections.abc import Iterable
 from datetime import datetime
 
 from django.conf import settings
-from django.db import transaction
-from django.db.models import Q
+from django.db import connection
 
 from zoekt import capacity, clock
 from zoekt.app_settings import ZoektSettings
@@ -28,6 +27,63 @@ class HandOut:
     tasks: list[Task]
     orphaned: int
     skipped: int
+    # Pending tasks of the node, counted up to the concurrency limit (pull frequency).
+    backlog: int
+
+
+_PAGE_SQL = """
+SELECT b.backlog, t.id, t.zoekt_repository_id, t.project_identifier, t.task_type, t.state,
+       t.perform_at
+FROM (
+    SELECT count(*) AS backlog FROM (
+        SELECT 1 FROM zoekt_tasks WHERE zoekt_node_id = %(node_id)s AND state = 0
+        LIMIT %(backlog_cap)s
+    ) pending
+) b
+LEFT JOIN LATERAL (
+    SELECT id, zoekt_repository_id, project_identifier, task_type, state, perform_at
+    FROM zoekt_tasks
+    WHERE zoekt_node_id = %(node_id)s AND state IN (0, 1) AND perform_at <= %(now)s
+      AND (NOT %(only_delete)s OR task_type = 50)
+      AND (%(after_at)s::timestamptz IS NULL OR (perform_at, id) > (%(after_at)s, %(after_id)s))
+    ORDER BY perform_at, id
+    LIMIT %(page)s
+) t ON true
+"""
+
+
+def _page(
+    node_id: int, limit: int, only_delete: bool, now: datetime, cursor: tuple[datetime, int] | None
+) -> tuple[int, list[Task]]:
+    """One page of candidates, with the node's pending backlog, in one round trip."""
+    params = {
+        # Up to twice the limit: after claiming at most ``limit`` the remainder is still exact
+        # enough to tell whether a full backlog is left.
+        "node_id": node_id,
+        "backlog_cap": 2 * limit,
+        "now": now,
+        "only_delete": only_delete,
+        "after_at": cursor[0] if cursor else None,
+        "after_id": cursor[1] if cursor else 0,
+        "page": PAGE_SIZE,
+    }
+    with connection.cursor() as db:
+        db.execute(_PAGE_SQL, params)
+        rows = db.fetchall()
+    tasks = [
+        Task(
+            id=row[1],
+            zoekt_node_id=node_id,
+            zoekt_repository_id=row[2],
+            project_identifier=row[3],
+            task_type=row[4],
+            state=row[5],
+            perform_at=row[6],
+        )
+        for row in rows
+        if row[1] is not None
+    ]
+    return (rows[0][0] if rows else 0), tasks
 
 
 def hand_out_tasks(
@@ -40,6 +96,7 @@ def hand_out_tasks(
     indexable ``skipped``. Only the first valid task per project is sent in
     one hand-out. Sent tasks become ``processing`` and are offered again on
     every heartbeat until a callback arrives (the node de-duplicates by id).
+    The common case, a node with nothing to do, costs one query.
     """
     now = now or clock.now()
     chosen: list[Task] = []
@@ -47,73 +104,74 @@ def hand_out_tasks(
     skipped: list[int] = []
     seen_projects: set[int] = set()
     cursor: tuple[datetime, int] | None = None
-    base = Task.objects.filter(
-        zoekt_node_id=node_id,
-        state__in=(Task.State.PENDING, Task.State.PROCESSING),
-        perform_at__lte=now,
-    )
-    if only_delete:
-        base = base.filter(task_type=Task.TaskType.DELETE_REPO)
-    with transaction.atomic():
-        while len(chosen) < limit:
-            page_qs = base
-            if cursor is not None:
-                page_qs = page_qs.filter(
-                    Q(perform_at__gt=cursor[0]) | Q(perform_at=cursor[0], id__gt=cursor[1])
-                )
-            page = list(page_qs.order_by("perform_at", "id")[:PAGE_SIZE])
-            if not page:
-                break
-            cursor = (page[-1].perform_at, page[-1].id)
-            repositories = {
+    backlog = None
+    while len(chosen) < limit:
+        pending, page = _page(node_id, limit, only_delete, now, cursor)
+        backlog = pending if backlog is None else backlog
+        if not page:
+            break
+        cursor = (page[-1].perform_at, page[-1].id)
+        index_repo_ids = [
+            t.zoekt_repository_id for t in page if t.task_type != Task.TaskType.DELETE_REPO
+        ]
+        repositories = (
+            {
                 repo["id"]: repo
-                for repo in Repository.objects.filter(
-                    id__in=[
-                        t.zoekt_repository_id
-                        for t in page
-                        if t.task_type != Task.TaskType.DELETE_REPO
-                    ]
-                ).values("id", "state", "project_id")
+                for repo in Repository.objects.filter(id__in=index_repo_ids).values(
+                    "id", "state", "project_id"
+                )
             }
-            for task in page:
-                if task.task_type != Task.TaskType.DELETE_REPO:
-                    repo = repositories.get(task.zoekt_repository_id)
-                    if repo is None or repo["project_id"] is None:
-                        orphaned.append(task.id)
-                        continue
-                    if repo["state"] not in Repository.INDEXABLE_STATES:
-                        skipped.append(task.id)
-                        continue
-                if task.project_identifier in seen_projects:
+            if index_repo_ids
+            else {}
+        )
+        for task in page:
+            if task.task_type != Task.TaskType.DELETE_REPO:
+                repo = repositories.get(task.zoekt_repository_id)
+                if repo is None or repo["project_id"] is None:
+                    orphaned.append(task.id)
                     continue
-                seen_projects.add(task.project_identifier)
-                chosen.append(task)
-                if len(chosen) >= limit:
-                    break
-        live = (Task.State.PENDING, Task.State.PROCESSING)
-        if orphaned:
-            Task.objects.filter(id__in=orphaned, state__in=live).update(
-                state=Task.State.ORPHANED, updated_at=now
-            )
-        if skipped:
-            Task.objects.filter(id__in=skipped, state__in=live).update(
-                state=Task.State.SKIPPED, updated_at=now
-            )
-        if chosen:
-            Task.objects.filter(id__in=[t.id for t in chosen], state=Task.State.PENDING).update(
-                state=Task.State.PROCESSING, updated_at=now
-            )
-            for task in chosen:
-                task.state = Task.State.PROCESSING
-    return HandOut(chosen, len(orphaned), len(skipped))
+                if repo["state"] not in Repository.INDEXABLE_STATES:
+                    skipped.append(task.id)
+                    continue
+            if task.project_identifier in seen_projects:
+                continue
+            seen_projects.add(task.project_identifier)
+            chosen.append(task)
+            if len(chosen) >= limit:
+                break
+        if len(page) < PAGE_SIZE:
+            break
+    # Each update stands alone and is safe to repeat, so no transaction is needed.
+    live = (Task.State.PENDING, Task.State.PROCESSING)
+    if orphaned:
+        Task.objects.filter(id__in=orphaned, state__in=live).update(
+            state=Task.State.ORPHANED, updated_at=now
+        )
+    if skipped:
+        Task.objects.filter(id__in=skipped, state__in=live).update(
+            state=Task.State.SKIPPED, updated_at=now
+        )
+    if chosen:
+        claimed = Task.objects.filter(
+            id__in=[t.id for t in chosen], state=Task.State.PENDING
+        ).update(state=Task.State.PROCESSING, updated_at=now)
+        for task in chosen:
+            task.state = Task.State.PROCESSING
+        # Tasks just claimed left the pending backlog.
+        backlog = max(0, (backlog or 0) - claimed)
+    return HandOut(chosen, len(orphaned), len(skipped), backlog or 0)
 
 
-def task_pull_frequency(node_id: int, limit: int) -> str:
+def task_pull_frequency(backlog: int, limit: int) -> str:
     """``500ms`` while the node has a full backlog of pending tasks, else ``5s``."""
-    backlog = Task.objects.filter(zoekt_node_id=node_id, state=Task.State.PENDING)[:limit].count()
     if backlog >= limit:
         return capacity.TASK_PULL_FREQUENCY_INCREASED
     return capacity.TASK_PULL_FREQUENCY_DEFAULT
+
+
+def pending_backlog(node_id: int, limit: int) -> int:
+    """Pending tasks of the node, counted up to ``limit`` (``perform_at`` is ignored)."""
+    return Task.objects.filter(zoekt_node_id=node_id, state=Task.State.PENDING)[:limit].count()
 
 
 # --- serialisation ------------------------------------------------------------------------

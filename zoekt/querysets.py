@@ -26,7 +26,7 @@ from django.db.models import (
 )
 from django.db.models.functions import Coalesce
 
-from zoekt import capacity, clock
+from zoekt import capacity, clock, search_health
 
 
 def _model(name: str) -> type[models.Model]:
@@ -68,6 +68,33 @@ class NodeQuerySet(models.QuerySet):
 
     def for_search(self) -> NodeQuerySet:
         return self.filter(services__contains=[_model("Node").Service.ZOEKT])
+
+    def searchable(self, now: datetime | None = None) -> NodeQuerySet:
+        """Nodes a search may go to: online, for_search, and healthy by ``zoekt.search_health``.
+
+        The health rule (restarts, mmap ratio, webserver staleness, and the
+        fleet-wide version gate) runs in Python over the metadata of every
+        online node, fetched in one query; the result filters this queryset
+        by id. So the cost is one query at call time plus the usual one when
+        the result is read (and a settings read, from the cache), whatever
+        the number of nodes. It is not SQL over jsonb because the rule parses
+        version strings and ISO timestamps and compares an exact ratio: one
+        Python definition shared with the API and the tests cannot drift from
+        a second one in SQL, and the online set is bounded by the fleet size.
+        The gate looks at every online node in the table, not only at the
+        nodes this queryset is filtered to.
+        """
+        from zoekt import app_settings
+
+        now = now or clock.now()
+        online = dict(self.model.objects.online(now).values_list("id", "metadata"))
+        excluded = search_health.search_exclusions(
+            online, now=now, max_restarts=app_settings.current().search_max_restarts
+        )
+        eligible = self.online(now).for_search()
+        if excluded:
+            eligible = eligible.exclude(pk__in=sorted(excluded))
+        return eligible
 
     def with_pending_indices(self) -> NodeQuerySet:
         Index = _model("Index")

@@ -15,3 +15,16 @@ class Reason(enum.StrEnum):
     # Buffer factor
     BUFFER_FACTOR_OBSERVED = "buffer_factor_observed"
     BUFFER_FACTOR_NO_OBSERVATIONS = "buffer_factor_no_observations"
+    # Search health: why a node is left out of search (zoekt.search_health)
+    PROCESS_RESTARTS_EXCEEDED = "process_restarts_exceeded"
+    MMAP_NEAR_LIMIT = "mmap_near_limit"
+    WEBSERVER_STALE = "webserver_stale"
+    # Search targets: why a namespace has none (zoekt.search_targets)
+    NAMESPACE_NOT_ENABLED = "namespace_not_enabled"
+    SEARCH_DISABLED = "search_disabled"
+    NO_READY_REPLICA = "no_ready_replica"
+    NO_SEARCHABLE_REPLICA = "no_searchable_replica"
+    # Indexing one project (zoekt.scheduling.indexing, zoekt.scheduling.tasks)
+    INDEXING_DISABLED = "indexing_disabled"
+    PROJECT_NOT_FOUND = "project_not_found"
+    NO_TARGET_INDICES = "no_target_indices"

@@ -239,6 +239,9 @@ try:
 except ValueError as exc:
     raise ImproperlyConfigured(f"ZOEKT_GITALY_STORAGES is not valid JSON: {exc}") from exc
 
+# Reference endpoints for bench/heartbeat (never enable in production).
+ZOEKT_BENCH_ENDPOINTS = env_bool("ZOEKT_BENCH_ENDPOINTS", False)
+
 # --- Fleet constants that are deployment concerns -----------------------------
 # GitLab raises the node high/critical disk watermarks to 0.98/0.99 in its
 # development environment; ZOEKT_DEVELOPMENT_WATERMARKS mirrors that switch.

@@ -1,0 +1,102 @@
+"""The search-target read API: where a search of one root namespace fans out to.
+
+Operators only (the REST_FRAMEWORK defaults: session or token, staff). The
+rule lives in ``zoekt.search_targets``; this view only connects it to HTTP.
+"""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import OpenApiExample, extend_schema
+from rest_framework import serializers
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from zoekt.reasons import Reason
+from zoekt.search_targets import search_targets
+
+NO_TARGET_REASONS = (
+    Reason.NAMESPACE_NOT_ENABLED,
+    Reason.SEARCH_DISABLED,
+    Reason.NO_READY_REPLICA,
+    Reason.NO_SEARCHABLE_REPLICA,
+)
+
+
+# Reply shapes, for the OpenAPI schema only.
+class TargetIndexSerializer(serializers.Serializer):
+    index_id = serializers.IntegerField()
+    project_namespace_id_from = serializers.IntegerField(allow_null=True)
+    project_namespace_id_to = serializers.IntegerField(allow_null=True)
+
+
+class SearchTargetSerializer(serializers.Serializer):
+    node_id = serializers.IntegerField()
+    node_name = serializers.CharField()
+    search_base_url = serializers.CharField()
+    replica_id = serializers.IntegerField()
+    indices = TargetIndexSerializer(many=True)
+
+
+class SearchTargetsSerializer(serializers.Serializer):
+    namespace_id = serializers.IntegerField()
+    search_enabled = serializers.BooleanField(help_text="True when targets is not empty.")
+    targets = SearchTargetSerializer(many=True)
+    reason = serializers.ChoiceField(
+        choices=[str(reason) for reason in NO_TARGET_REASONS],
+        allow_null=True,
+        help_text="Why targets is empty; null when it is not.",
+    )
+
+
+SEARCH_TARGETS_EXAMPLE = {
+    "namespace_id": 9970,
+    "search_enabled": True,
+    "targets": [
+        {
+            "node_id": 1,
+            "node_name": "zoekt-0",
+            "search_base_url": "http://zoekt-0.zoekt:6070",
+            "replica_id": 12,
+            "indices": [
+                {"index_id": 31, "project_namespace_id_from": None, "project_namespace_id_to": 5000}
+            ],
+        },
+        {
+            "node_id": 2,
+            "node_name": "zoekt-1",
+            "search_base_url": "http://zoekt-1.zoekt:6070",
+            "replica_id": 12,
+            "indices": [
+                {"index_id": 32, "project_namespace_id_from": 5001, "project_namespace_id_to": None}
+            ],
+        },
+    ],
+    "reason": None,
+}
+
+
+class SearchTargetsView(APIView):
+    @extend_schema(
+        operation_id="zoekt_namespace_search_targets",
+        summary="The nodes and indices a search of a root namespace fans out to",
+        description=(
+            "One replica is chosen: the ready replica with the lowest id whose every index "
+            "is on a searchable node. With none, targets is empty and reason says why. "
+            "An unknown namespace id answers 200 with namespace_not_enabled."
+        ),
+        responses={200: SearchTargetsSerializer},
+        examples=[
+            OpenApiExample("Two indices on two nodes", value=SEARCH_TARGETS_EXAMPLE),
+            OpenApiExample(
+                "No replica on searchable nodes",
+                value={
+                    "namespace_id": 9970,
+                    "search_enabled": False,
+                    "targets": [],
+                    "reason": "no_searchable_replica",
+                },
+            ),
+        ],
+    )
+    def get(self, request, root_namespace_id: int):
+        return Response(search_targets(root_namespace_id).as_dict())

@@ -1,0 +1,905 @@
+"""A fake Zoekt node speaking GitLab's node protocol over HTTP (reference 3.1–3.4, 7.2–7.5).
+
+One ``FakeNode`` behaves as a ``gitlab-zoekt-indexer`` does towards GitLab:
+
+* its uuid lives in ``<state_dir>/<name>.uuid``, created on first start and
+  reused afterwards, so a restarted node is the same row on the server;
+* every request carries a fresh HS256 JWT (``iss`` ``gitlab-shell``, ``iat``,
+  ``exp`` 60 s later) in the ``Gitlab-Shell-Api-Request`` header, signed with
+  the GitLab Shell secret read from a file;
+* a heartbeat posts GitLab's literally dotted keys (``node.url``,
+  ``disk.used``, ...) plus ``process_health``; the reply is followed:
+  ``truncate`` wipes the repositories held, ``stop_indexing`` stops new index
+  tasks (delete tasks still run), ``pull_frequency`` (a Go duration such as
+  ``"5s"`` or ``"500ms"``) sets the time to the next heartbeat;
+* handed tasks are de-duplicated by task id: the server re-sends a
+  ``processing`` task on every heartbeat until its callback arrives, so a task
+  that is running, or whose result was already reported, is not run again. A
+  task whose *failure* was reported is run again when a heartbeat sent after
+  that report offers it once more (that is the server's retry);
+* each accepted task runs after its delay, succeeds with probability
+  ``success_rate`` (drawn from a seeded ``random.Random`` when the task is
+  accepted, so outcomes do not depend on thread timing), changes the
+  repositories held and is reported to ``/callback``. A callback the server
+  did not receive (network error, 5xx) is posted again before the next
+  heartbeat.
+
+Disk and memory follow a small model: ``disk.indexed`` is the sum of the
+repositories held, ``disk.used`` is a base plus that, and the webserver's RSS
+is a base plus ``k`` × the indexed bytes, with ``shards_loaded`` the number of
+repositories held.
+
+Nothing here imports Django or the rest of the project: only the standard
+library and PyJWT. Run ``python -m simulator.fakenode --help`` for the CLI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import dataclasses
+import hashlib
+import http.client
+import json
+import math
+import os
+import random
+import re
+import sys
+import threading
+import time
+import uuid as uuidlib
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import jwt
+
+HEADER = "Gitlab-Shell-Api-Request"
+ISSUER = "gitlab-shell"
+ALGORITHM = "HS256"
+TOKEN_LIFETIME_SECONDS = 60
+API_PREFIX = "/api/v4/internal/search/zoekt"
+
+DEFAULT_VERSION = "v1.16.2"
+DEFAULT_SCHEMA_VERSION = 2531
+DEFAULT_PULL_FREQUENCY = "5s"
+DEFAULT_FAILURE_ERROR = "simulated indexing failure"
+
+KIB = 1024
+MIB = 1024**2
+GIB = 1024**3
+
+# How many reported task ids are remembered for de-duplication.
+REPORTED_MEMORY = 100_000
+
+
+# --- Go durations -----------------------------------------------------------------
+
+
+_GO_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
+_GO_DURATION_UNITS = {
+    "ns": 1e-9,
+    "us": 1e-6,
+    "µs": 1e-6,
+    "μs": 1e-6,  # Go accepts both the micro sign and the Greek mu
+    "ms": 1e-3,
+    "s": 1.0,
+    "m": 60.0,
+    "h": 3600.0,
+}
+
+
+def parse_go_duration(text: str) -> float:
+    """Seconds in a Go ``time.ParseDuration`` string: ``"500ms"``, ``"5s"``, ``"1h30m"``, ``"0"``.
+
+    Raises ``ValueError`` for anything Go would refuse (a number without a
+    unit, an unknown unit, an empty string).
+    """
+    if not isinstance(text, str):
+        raise ValueError(f"duration must be a string, not {type(text).__name__}")
+    rest = text.strip()
+    sign = 1.0
+    if rest[:1] in {"+", "-"}:
+        sign = -1.0 if rest[0] == "-" else 1.0
+        rest = rest[1:]
+    if rest == "0":
+        return 0.0
+    if not rest:
+        raise ValueError(f"invalid duration {text!r}")
+    total = 0.0
+    position = 0
+    while position < len(rest):
+        match = _GO_DURATION_PART.match(rest, position)
+        if match is None:
+            raise ValueError(f"invalid duration {text!r}")
+        total += float(match.group(1)) * _GO_DURATION_UNITS[match.group(2)]
+        position = match.end()
+    return sign * total
+
+
+# --- models of what a node holds -------------------------------------------------------
+
+
+def default_index_size(repo_id: int) -> int:
+    """Bytes written when indexing ``repo_id``: 256 KiB to ~8.25 MiB, fixed per id."""
+    digest = hashlib.sha256(f"zoekt-repo-{repo_id}".encode()).digest()
+    return 256 * KIB + int.from_bytes(digest[:4], "big") % (8 * MIB)
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryModel:
+    """How ``process_health`` follows what the node holds.
+
+    The webserver's RSS is ``webserver_base_rss_bytes`` plus
+    ``webserver_rss_per_indexed_byte`` × the indexed bytes (Zoekt maps its
+    shards), ``shards_loaded`` is the number of repositories held and
+    ``mmap_current`` grows by ``mmaps_per_index_file`` per index file. The
+    indexer's RSS grows with the tasks it is running.
+    """
+
+    webserver_base_rss_bytes: int = 200 * MIB
+    webserver_rss_per_indexed_byte: float = 0.3
+    webserver_mmap_base: int = 500
+    mmaps_per_index_file: int = 4
+    mmap_max: int = 262_144
+    indexer_base_rss_bytes: int = 100 * MIB
+    indexer_rss_per_running_task_bytes: int = 50 * MIB
+    indexer_mmap_base: int = 200
+    memory_limit_bytes: int | None = None
+
+
+@dataclasses.dataclass
+class FakeNodeConfig:
+    """Everything a fake node needs; only ``base_url`` and a secret are required.
+
+    ``task_delay`` is seconds, or a ``(min, max)`` range drawn uniformly per
+    task. ``success_rate`` is the probability a task succeeds, drawn from
+    ``random.Random(seed)``. ``index_size`` maps a RepoId to the bytes its
+    index takes; ``index_file_bytes`` is the size of one index file (shard).
+    """
+
+    base_url: str
+    secret_file: str | Path | None = None
+    secret: str | None = None
+    state_dir: str | Path = "var/fakenodes"
+    name: str = "zoekt-0"
+    index_url: str | None = None
+    search_url: str | None = None
+    disk_total_bytes: int = 100 * GIB
+    disk_base_used_bytes: int = 10 * GIB
+    concurrency: int = 4
+    version: str = DEFAULT_VERSION
+    schema_version: int = DEFAULT_SCHEMA_VERSION
+    services: tuple[str, ...] = ("zoekt",)
+    task_delay: float | tuple[float, float] = 0.0
+    success_rate: float = 1.0
+    seed: int | None = 0
+    failure_error: str = DEFAULT_FAILURE_ERROR
+    index_size: Callable[[int], int] = default_index_size
+    index_file_bytes: int = 100 * MIB
+    memory: MemoryModel = dataclasses.field(default_factory=MemoryModel)
+    request_timeout: float = 10.0
+    log: Callable[[dict], None] | None = None
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.success_rate <= 1.0:
+            raise ValueError("success_rate must be within 0..1")
+        if self.concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        low, high = _delay_range(self.task_delay)
+        if low < 0 or high < low:
+            raise ValueError("task_delay must be >= 0 seconds, or a (min, max) range with min<=max")
+        if self.secret is None and self.secret_file is None:
+            raise ValueError("a secret or a secret_file is needed to sign requests")
+
+    def resolved_secret(self) -> str:
+        if self.secret is not None:
+            return self.secret
+        return read_secret(self.secret_file)
+
+    def resolved_index_url(self) -> str:
+        return self.index_url or f"http://{self.name}:6065"
+
+    def resolved_search_url(self) -> str:
+        return self.search_url or f"http://{self.name}:6070"
+
+
+def read_secret(path: str | Path) -> str:
+    """GitLab Shell's secret file: its content with the trailing newline stripped."""
+    value = Path(path).read_text().rstrip("\r\n")
+    if not value:
+        raise ValueError(f"secret file {str(path)!r} is empty")
+    return value
+
+
+def encode_node_token(secret: str, *, now: float | None = None) -> str:
+    """The JWT a node signs (the same three claims as ``api.authentication.encode_node_token``)."""
+    issued = int(now if now is not None else time.time())
+    return jwt.encode(
+        {"iss": ISSUER, "iat": issued, "exp": issued + TOKEN_LIFETIME_SECONDS},
+        secret,
+        algorithm=ALGORITHM,
+    )
+
+
+def _delay_range(delay: float | tuple[float, float]) -> tuple[float, float]:
+    if isinstance(delay, tuple | list):
+        low, high = delay
+        return float(low), float(high)
+    return float(delay), float(delay)
+
+
+# --- HTTP -------------------------------------------------------------------------------
+
+
+class TransportError(Exception):
+    """The request did not get an HTTP response."""
+
+
+class _Transport:
+    """JSON POSTs over keep-alive connections, one per thread (http.client is not thread-safe)."""
+
+    def __init__(self, base_url: str, timeout: float) -> None:
+        parts = urlsplit(base_url)
+        if parts.scheme not in {"http", "https"} or not parts.hostname:
+            raise ValueError(f"base_url must be an http(s) URL, not {base_url!r}")
+        self._https = parts.scheme == "https"
+        self._host = parts.hostname
+        self._port = parts.port
+        self._prefix = parts.path.rstrip("/")
+        self._timeout = timeout
+        self._local = threading.local()
+        self._all: list[http.client.HTTPConnection] = []
+        self._lock = threading.Lock()
+
+    def _connection(self) -> http.client.HTTPConnection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
+            conn = cls(self._host, self._port, timeout=self._timeout)
+            self._local.conn = conn
+            with self._lock:
+                self._all.append(conn)
+        return conn
+
+    def post_json(self, path: str, body: dict, headers: dict[str, str]) -> tuple[int, Any]:
+        data = json.dumps(body).encode()
+        all_headers = {
+            "Content-Type": "application/json",
+            "Accept": "application/json",
+            "User-Agent": "zoekt-control-fakenode/1",
+            **headers,
+        }
+        for attempt in range(2):
+            conn = self._connection()
+            reused = conn.sock is not None
+            try:
+                conn.request("POST", self._prefix + path, body=data, headers=all_headers)
+                response = conn.getresponse()
+                raw = response.read()
+            except (http.client.HTTPException, OSError) as exc:
+                conn.close()
+                # A keep-alive connection the server closed while idle: retry once on a new one.
+                if reused and attempt == 0:
+                    continue
+                raise TransportError(f"{type(exc).__name__}: {exc}") from exc
+            try:
+                parsed = json.loads(raw) if raw else None
+            except ValueError:
+                parsed = raw.decode(errors="replace")
+            return response.status, parsed
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        with self._lock:
+            connections, self._all = self._all, []
+        for conn in connections:
+            conn.close()
+        self._local = threading.local()
+
+
+# --- the node ---------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class HeldRepo:
+    size_bytes: int
+    index_file_count: int
+
+
+@dataclasses.dataclass
+class Job:
+    """One accepted task: what to do, when, and how it will end."""
+
+    task_id: int
+    name: str
+    repo_id: int
+    payload: dict
+    callback: dict
+    delay: float
+    succeed: bool
+    generation: int
+    after: threading.Event | None = None
+    done: threading.Event = dataclasses.field(default_factory=threading.Event)
+
+
+@dataclasses.dataclass
+class HeartbeatOutcome:
+    status: int | None
+    reply: Any
+    accepted: list[Job] = dataclasses.field(default_factory=list)
+    duplicates: list[int] = dataclasses.field(default_factory=list)
+    declined: list[int] = dataclasses.field(default_factory=list)
+    error: str | None = None
+
+
+@dataclasses.dataclass
+class CallbackOutcome:
+    task_id: int
+    name: str
+    success: bool
+    status: int | None
+    body: dict
+    error: str | None = None
+
+    @property
+    def delivered(self) -> bool:
+        return self.status is not None and 200 <= self.status < 300
+
+
+@dataclasses.dataclass
+class StepResult:
+    heartbeat: HeartbeatOutcome
+    callbacks: list[CallbackOutcome]
+
+
+class FakeNode:
+    """A fake ``gitlab-zoekt-indexer`` node.
+
+    ``step()`` is one deterministic iteration (redeliver pending callbacks,
+    heartbeat, run the accepted tasks in order, call back) for tests;
+    ``start()`` / ``stop()`` / ``run_for(seconds)`` run the same loop in a
+    thread, with tasks executed by ``concurrency`` worker threads and the next
+    heartbeat after ``pull_frequency``.
+    """
+
+    def __init__(self, config: FakeNodeConfig) -> None:
+        self.config = config
+        self._secret = config.resolved_secret()
+        self._http = _Transport(config.base_url, config.request_timeout)
+        self._rng = random.Random(config.seed)
+        self._lock = threading.RLock()
+        self._uuid: uuidlib.UUID | None = None
+        self._repos: dict[int, HeldRepo] = {}
+        self._inflight: dict[int, Job] = {}
+        self._reported: collections.OrderedDict[int, tuple[bool, float]] = collections.OrderedDict()
+        self._outbox: collections.OrderedDict[int, tuple[Job, dict]] = collections.OrderedDict()
+        self._repo_tail: dict[int, threading.Event] = {}
+        self._running_count = 0
+        self._generation = 0
+        self._started_at: float | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._executor: ThreadPoolExecutor | None = None
+        self.pull_frequency = DEFAULT_PULL_FREQUENCY
+        self.pull_frequency_seconds = parse_go_duration(DEFAULT_PULL_FREQUENCY)
+        self.stop_indexing = False
+        self.node_id: int | None = None
+        self.heartbeats = 0
+        self.extra_used_bytes = 0  # other files on the disk; tests raise it to fill the disk
+
+    # --- identity -----------------------------------------------------------
+
+    @property
+    def uuid_path(self) -> Path:
+        return Path(self.config.state_dir) / f"{self.config.name}.uuid"
+
+    @property
+    def uuid(self) -> uuidlib.UUID:
+        """The node's uuid, from its file; the file is created the first time."""
+        with self._lock:
+            if self._uuid is None:
+                self._uuid = self._load_or_create_uuid()
+            return self._uuid
+
+    def _load_or_create_uuid(self) -> uuidlib.UUID:
+        path = self.uuid_path
+        if path.exists():
+            text = path.read_text().strip()
+            try:
+                return uuidlib.UUID(text)
+            except ValueError:
+                raise ValueError(f"{path} does not hold a uuid: {text[:40]!r}") from None
+        path.parent.mkdir(parents=True, exist_ok=True)
+        value = uuidlib.uuid4()
+        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        temporary.write_text(f"{value}\n")
+        os.replace(temporary, path)
+        return value
+
+    # --- the models ---------------------------------------------------------
+
+    @property
+    def repos(self) -> dict[int, HeldRepo]:
+        """A copy of the repositories held, by RepoId."""
+        with self._lock:
+            return dict(self._repos)
+
+    def indexed_bytes(self) -> int:
+        with self._lock:
+            return sum(repo.size_bytes for repo in self._repos.values())
+
+    def disk_used_bytes(self) -> int:
+        used = self.config.disk_base_used_bytes + self.extra_used_bytes + self.indexed_bytes()
+        return min(used, self.config.disk_total_bytes)
+
+    def uptime_seconds(self) -> float:
+        if self._started_at is None:
+            return 0.0
+        return round(time.monotonic() - self._started_at, 3)
+
+    def process_health(self) -> dict:
+        model = self.config.memory
+        with self._lock:
+            indexed = sum(repo.size_bytes for repo in self._repos.values())
+            shards = len(self._repos)
+            files = sum(repo.index_file_count for repo in self._repos.values())
+            running = self._running_count
+        uptime = self.uptime_seconds()
+        webserver = {
+            "rss_bytes": int(
+                model.webserver_base_rss_bytes + model.webserver_rss_per_indexed_byte * indexed
+            ),
+            "mmap_current": min(
+                model.webserver_mmap_base + model.mmaps_per_index_file * files, model.mmap_max
+            ),
+            "mmap_max": model.mmap_max,
+            "restart_count": 0,
+            "uptime_seconds": uptime,
+            "shards_loaded": shards,
+        }
+        if model.memory_limit_bytes is not None:
+            webserver["memory_limit_bytes"] = model.memory_limit_bytes
+        indexer = {
+            "rss_bytes": model.indexer_base_rss_bytes
+            + model.indexer_rss_per_running_task_bytes * running,
+            "mmap_current": model.indexer_mmap_base,
+            "mmap_max": model.mmap_max,
+            "restart_count": 0,
+            "uptime_seconds": uptime,
+        }
+        return {"indexer": indexer, "webserver": webserver}
+
+    def heartbeat_body(self) -> dict:
+        """GitLab's heartbeat parameters, with their literally dotted names."""
+        config = self.config
+        with self._lock:
+            task_count = len(self._inflight)
+        indexed = self.indexed_bytes()
+        return {
+            "node.url": config.resolved_index_url(),
+            "node.search_url": config.resolved_search_url(),
+            "node.name": config.name,
+            "node.version": config.version,
+            "node.schema_version": config.schema_version,
+            "node.concurrency": config.concurrency,
+            "node.task_count": task_count,
+            "node.services": list(config.services),
+            "disk.all": config.disk_total_bytes,
+            "disk.used": self.disk_used_bytes(),
+            "disk.indexed": indexed,
+            "process_health": self.process_health(),
+        }
+
+    # --- protocol -----------------------------------------------------------
+
+    def _headers(self) -> dict[str, str]:
+        return {HEADER: encode_node_token(self._secret)}
+
+    def _post(self, endpoint: str, body: dict) -> tuple[int, Any]:
+        return self._http.post_json(f"{API_PREFIX}/{self.uuid}/{endpoint}", body, self._headers())
+
+    def heartbeat(self) -> HeartbeatOutcome:
+        """Send one heartbeat and follow the reply; returns the tasks accepted (not yet run)."""
+        if self._started_at is None:
+            self._started_at = time.monotonic()
+        body = self.heartbeat_body()
+        sent_at = time.monotonic()
+        try:
+            status, reply = self._post("heartbeat", body)
+        except TransportError as exc:
+            outcome = HeartbeatOutcome(status=None, reply=None, error=str(exc))
+            self._emit("heartbeat_error", error=outcome.error)
+            return outcome
+        self.heartbeats += 1
+        if status != 200 or not isinstance(reply, dict):
+            error = reply.get("error") if isinstance(reply, dict) else str(reply)[:200]
+            outcome = HeartbeatOutcome(status=status, reply=reply, error=error)
+            self._emit("heartbeat_error", status=status, error=error)
+            return outcome
+        outcome = self.handle_reply(reply, sent_at=sent_at)
+        outcome.status = status
+        self._emit(
+            "heartbeat",
+            status=status,
+            node_id=self.node_id,
+            truncate=bool(reply.get("truncate")),
+            stop_indexing=self.stop_indexing,
+            pull_frequency=self.pull_frequency,
+            tasks_received=len(reply.get("tasks") or []),
+            accepted=[job.task_id for job in outcome.accepted],
+            duplicates=outcome.duplicates,
+            declined=outcome.declined,
+            repos_held=len(self.repos),
+            disk_indexed=body["disk.indexed"],
+            disk_used=body["disk.used"],
+        )
+        return outcome
+
+    def handle_reply(self, reply: dict, *, sent_at: float) -> HeartbeatOutcome:
+        """Follow a heartbeat reply received for a request sent at ``sent_at`` (monotonic)."""
+        outcome = HeartbeatOutcome(status=200, reply=reply)
+        with self._lock:
+            self.node_id = reply.get("id", self.node_id)
+            if reply.get("truncate"):
+                # A new registration: whatever was held belongs to no index on this server,
+                # and task ids from an earlier server mean nothing here.
+                self._repos.clear()
+                self._reported.clear()
+                self._generation += 1
+            frequency = reply.get("pull_frequency") or DEFAULT_PULL_FREQUENCY
+            try:
+                self.pull_frequency_seconds = max(parse_go_duration(frequency), 0.0)
+                self.pull_frequency = frequency
+            except ValueError:
+                self._emit("pull_frequency_invalid", pull_frequency=frequency)
+            self.stop_indexing = bool(reply.get("stop_indexing"))
+            for task in reply.get("tasks") or []:
+                job = self._accept(task, sent_at, outcome)
+                if job is not None:
+                    outcome.accepted.append(job)
+        return outcome
+
+    def _accept(self, task: dict, sent_at: float, outcome: HeartbeatOutcome) -> Job | None:
+        name = task.get("name")
+        payload = task.get("payload") or {}
+        callback = payload.get("Callback") or {}
+        task_id = (callback.get("payload") or {}).get("task_id")
+        if name not in {"index", "delete"} or not isinstance(task_id, int):
+            self._emit("task_unreadable", task=task)
+            return None
+        if task_id in self._inflight or task_id in self._outbox:
+            outcome.duplicates.append(task_id)
+            return None
+        reported = self._reported.get(task_id)
+        if reported is not None:
+            succeeded, reported_at = reported
+            # A success is final. A failure is retried by the server once its perform_at
+            # passes: an offer in a reply to a heartbeat sent after the report is that retry.
+            if succeeded or sent_at <= reported_at:
+                outcome.duplicates.append(task_id)
+                return None
+        if name == "index" and self.stop_indexing:
+            outcome.declined.append(task_id)
+            return None
+        low, high = _delay_range(self.config.task_delay)
+        delay = low if high == low else self._rng.uniform(low, high)
+        succeed = self._rng.random() < self.config.success_rate
+        repo_id = int(payload.get("RepoId", 0))
+        job = Job(
+            task_id=task_id,
+            name=name,
+            repo_id=repo_id,
+            payload=payload,
+            callback=callback,
+            delay=delay,
+            succeed=succeed,
+            generation=self._generation,
+            after=self._repo_tail.get(repo_id),
+        )
+        # Tasks for one repository run one after another, in the order they were handed out.
+        self._repo_tail[repo_id] = job.done
+        self._inflight[task_id] = job
+        return job
+
+    def execute(self, job: Job) -> CallbackOutcome | None:
+        """Run one accepted task: wait its delay, apply it, call back. None if stopped first."""
+        with self._lock:
+            self._running_count += 1
+        try:
+            while job.after is not None and not job.after.wait(0.05):
+                if self._stop.is_set():
+                    return self._abandon(job)
+            if self._stop.wait(job.delay) if job.delay > 0 else self._stop.is_set():
+                return self._abandon(job)
+            body = self._apply(job)
+        finally:
+            with self._lock:
+                self._running_count -= 1
+        return self._deliver(job, body)
+
+    def _abandon(self, job: Job) -> None:
+        with self._lock:
+            self._inflight.pop(job.task_id, None)
+            self._release_tail(job)
+        return None
+
+    def _release_tail(self, job: Job) -> None:
+        job.done.set()
+        if self._repo_tail.get(job.repo_id) is job.done:
+            del self._repo_tail[job.repo_id]
+
+    def _apply(self, job: Job) -> dict:
+        body: dict = {
+            "name": job.callback.get("name", job.name),
+            "success": job.succeed,
+            "payload": job.callback.get("payload") or {},
+        }
+        with self._lock:
+            current = job.generation == self._generation
+            if not job.succeed:
+                body["error"] = self.config.failure_error
+            elif job.name == "delete":
+                if current:
+                    self._repos.pop(job.repo_id, None)
+            elif job.payload.get("MissingRepo"):
+                # Nothing to index: the repository's shards are removed.
+                if current:
+                    self._repos.pop(job.repo_id, None)
+                body["additional_payload"] = {
+                    "repo_stats": {"size_in_bytes": 0, "index_file_count": 0}
+                }
+            else:
+                size = int(self.config.index_size(job.repo_id))
+                files = max(1, math.ceil(size / self.config.index_file_bytes))
+                if current:
+                    self._repos[job.repo_id] = HeldRepo(size, files)
+                body["additional_payload"] = {
+                    "repo_stats": {"size_in_bytes": size, "index_file_count": files}
+                }
+            self._release_tail(job)
+        return body
+
+    def _deliver(self, job: Job, body: dict) -> CallbackOutcome:
+        outcome = CallbackOutcome(
+            task_id=job.task_id, name=body["name"], success=body["success"], status=None, body=body
+        )
+        try:
+            status, reply = self._post("callback", body)
+            outcome.status = status
+            if not 200 <= status < 300:
+                outcome.error = reply.get("error") if isinstance(reply, dict) else str(reply)
+        except TransportError as exc:
+            outcome.error = str(exc)
+        # Not received, or refused for a reason that may pass: post it again later.
+        retry = outcome.status is None or outcome.status >= 500 or outcome.status in {401, 429}
+        with self._lock:
+            if retry:
+                self._inflight.pop(job.task_id, None)
+                self._outbox[job.task_id] = (job, body)
+            else:
+                # Delivered, or refused for good (400, 422): either way it is not run again.
+                self._inflight.pop(job.task_id, None)
+                self._outbox.pop(job.task_id, None)
+                self._reported[job.task_id] = (job.succeed, time.monotonic())
+                self._reported.move_to_end(job.task_id)
+                while len(self._reported) > REPORTED_MEMORY:
+                    self._reported.popitem(last=False)
+        stats = (body.get("additional_payload") or {}).get("repo_stats") or {}
+        self._emit(
+            "callback",
+            task_id=job.task_id,
+            name=body["name"],
+            repo_id=job.repo_id,
+            success=body["success"],
+            status=outcome.status,
+            size_in_bytes=stats.get("size_in_bytes"),
+            error=outcome.error,
+            will_retry=retry,
+        )
+        return outcome
+
+    def flush_outbox(self) -> list[CallbackOutcome]:
+        """Post again the callbacks the server did not receive."""
+        with self._lock:
+            pending = list(self._outbox.values())
+        return [self._deliver(job, body) for job, body in pending]
+
+    # --- running ------------------------------------------------------------
+
+    def step(self) -> StepResult:
+        """One deterministic iteration: redeliver, heartbeat, run the tasks in order, call back."""
+        if self.running:
+            raise RuntimeError("step() drives a node that is not running in its own thread")
+        if self._stop.is_set():
+            self._stop = threading.Event()
+        callbacks = self.flush_outbox()
+        outcome = self.heartbeat()
+        for job in outcome.accepted:
+            result = self.execute(job)
+            if result is not None:
+                callbacks.append(result)
+        return StepResult(heartbeat=outcome, callbacks=callbacks)
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def start(self) -> None:
+        if self.running:
+            return
+        _ = self.uuid
+        if self._started_at is None:
+            self._started_at = time.monotonic()
+        self._stop = threading.Event()
+        self._executor = ThreadPoolExecutor(
+            max_workers=self.config.concurrency, thread_name_prefix=f"{self.config.name}-task"
+        )
+        self._thread = threading.Thread(
+            target=self._loop, name=f"{self.config.name}-heartbeat", daemon=True
+        )
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.flush_outbox()
+                outcome = self.heartbeat()
+                for job in outcome.accepted:
+                    self._executor.submit(self._execute_logged, job)
+            except Exception as exc:  # keep the node alive, as a real one would
+                self._emit("loop_error", error=f"{type(exc).__name__}: {exc}")
+            self._stop.wait(self.pull_frequency_seconds)
+
+    def _execute_logged(self, job: Job) -> None:
+        try:
+            self.execute(job)
+        except Exception as exc:
+            self._emit("task_error", task_id=job.task_id, error=f"{type(exc).__name__}: {exc}")
+            self._abandon(job)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop heartbeating; tasks still waiting out their delay are dropped."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+        if self._executor is not None:
+            self._executor.shutdown(wait=True, cancel_futures=True)
+            self._executor = None
+        with self._lock:
+            for job in list(self._inflight.values()):
+                self._abandon(job)
+        self._http.close()
+
+    def run_for(self, seconds: float) -> None:
+        """Run the loop in its thread for ``seconds``, then stop."""
+        self.start()
+        try:
+            time.sleep(seconds)
+        finally:
+            self.stop()
+
+    # --- logging ------------------------------------------------------------
+
+    def _emit(self, event: str, **fields: Any) -> None:
+        if self.config.log is None:
+            return
+        record = {
+            "ts": datetime.now(UTC).isoformat(timespec="milliseconds"),
+            "event": event,
+            "node": self.config.name,
+            "uuid": str(self._uuid) if self._uuid else None,
+            **fields,
+        }
+        self.config.log(record)
+
+
+# --- CLI ------------------------------------------------------------------------------------
+
+
+_print_lock = threading.Lock()
+
+
+def print_json_line(record: dict) -> None:
+    line = json.dumps(record, default=str, separators=(",", ":"))
+    with _print_lock:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m simulator.fakenode",
+        description="Run fake Zoekt nodes against a control plane until Ctrl-C.",
+    )
+    parser.add_argument("--url", required=True, help="control plane base URL")
+    parser.add_argument("--secret-file", required=True, help="GitLab Shell secret file")
+    parser.add_argument("--count", type=int, default=1, help="number of nodes (default 1)")
+    parser.add_argument("--state-dir", default="var/fakenodes", help="where uuid files live")
+    parser.add_argument("--name-prefix", default="zoekt", help="nodes are <prefix>-<i>")
+    parser.add_argument("--first-index", type=int, default=0, help="i of the first node")
+    parser.add_argument(
+        "--index-url", default="http://{name}:6065", help="node.url template ({name}, {i})"
+    )
+    parser.add_argument(
+        "--search-url", default="http://{name}:6070", help="node.search_url template"
+    )
+    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--disk-total-gib", type=float, default=100.0)
+    parser.add_argument("--disk-used-gib", type=float, default=10.0, help="used besides indexes")
+    parser.add_argument("--delay", type=float, default=0.05, help="task delay, seconds")
+    parser.add_argument("--delay-max", type=float, default=None, help="draw delays up to this")
+    parser.add_argument("--success-rate", type=float, default=1.0)
+    parser.add_argument("--seed", type=int, default=0, help="node i uses seed+i")
+    parser.add_argument("--node-version", default=DEFAULT_VERSION, help="node.version")
+    parser.add_argument("--schema-version", type=int, default=DEFAULT_SCHEMA_VERSION)
+    parser.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
+    return parser
+
+
+def configs_from_args(args: argparse.Namespace, log: Callable[[dict], None] | None) -> list:
+    delay: float | tuple[float, float] = args.delay
+    if args.delay_max is not None:
+        delay = (args.delay, args.delay_max)
+    secret = read_secret(args.secret_file)
+    configs = []
+    for i in range(args.first_index, args.first_index + args.count):
+        name = f"{args.name_prefix}-{i}"
+        configs.append(
+            FakeNodeConfig(
+                base_url=args.url,
+                secret=secret,
+                state_dir=args.state_dir,
+                name=name,
+                index_url=args.index_url.format(name=name, i=i),
+                search_url=args.search_url.format(name=name, i=i),
+                disk_total_bytes=int(args.disk_total_gib * GIB),
+                disk_base_used_bytes=int(args.disk_used_gib * GIB),
+                concurrency=args.concurrency,
+                version=args.node_version,
+                schema_version=args.schema_version,
+                task_delay=delay,
+                success_rate=args.success_rate,
+                seed=args.seed + i,
+                log=log,
+            )
+        )
+    return configs
+
+
+def main(argv: list[str] | None = None, *, log: Callable[[dict], None] = print_json_line) -> int:
+    args = build_parser().parse_args(argv)
+    nodes = [FakeNode(config) for config in configs_from_args(args, log)]
+    for node in nodes:
+        node.start()
+        log({"event": "started", "node": node.config.name, "uuid": str(node.uuid)})
+    deadline = None if args.duration is None else time.monotonic() + args.duration
+    try:
+        while deadline is None or time.monotonic() < deadline:
+            remaining = 0.5 if deadline is None else min(0.5, deadline - time.monotonic())
+            time.sleep(max(remaining, 0))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        for node in nodes:
+            with contextlib.suppress(Exception):
+                node.stop()
+            log(
+                {
+                    "event": "stopped",
+                    "node": node.config.name,
+                    "heartbeats": node.heartbeats,
+                    "repos_held": len(node.repos),
+                }
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,387 @@
+"""GET /api/v1/namespaces/<root_namespace_id>/search_targets: where a search fans out to.
+
+Staff only; one replica chosen (ready, every index on a searchable node,
+lowest id first); an empty list and a reason code when there is none.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+from rest_framework.authtoken.models import Token
+
+from tests.conftest import NOW
+from tests.factories import (
+    EnabledNamespaceFactory,
+    GroupFactory,
+    IndexFactory,
+    NodeFactory,
+    ReplicaFactory,
+)
+from zoekt import app_settings
+from zoekt.models import EnabledNamespace, Index, Node, Replica
+
+pytestmark = pytest.mark.django_db
+
+READY = Index.State.READY
+
+
+def targets_url(namespace_id) -> str:
+    return f"/api/v1/namespaces/{namespace_id}/search_targets"
+
+
+def healthy_metadata(name: str, **changes) -> dict:
+    """A 1.16 node whose processes are fine and whose webserver reported 5 s ago."""
+    return {
+        "name": name,
+        "version": "v1.16.2",
+        "webserver_last_seen_at": (NOW - timedelta(seconds=5)).isoformat(),
+        "process_health": {
+            "indexer": {"restart_count": 0, "mmap_current": 10, "mmap_max": 1000},
+            "webserver": {"restart_count": 0, "mmap_current": 10, "mmap_max": 1000},
+        },
+        **changes,
+    }
+
+
+def search_node(name: str, **kwargs) -> Node:
+    return NodeFactory(
+        metadata=healthy_metadata(name),
+        search_base_url=f"http://{name}:6070",
+        **kwargs,
+    )
+
+
+def mmap_exhausted_node(name: str) -> Node:
+    node = search_node(name)
+    node.metadata["process_health"]["webserver"].update(mmap_current=1000, mmap_max=1000)
+    node.save()
+    return node
+
+
+def ready_replica(enabled: EnabledNamespace, *nodes: Node, state=Replica.State.READY) -> Replica:
+    """A replica with one ready index per node, splitting ids 1..1000 and 1001.. between them."""
+    replica = ReplicaFactory(zoekt_enabled_namespace=enabled, state=state)
+    for position, node in enumerate(nodes):
+        ranges = {}
+        if len(nodes) > 1:
+            ranges = {
+                "project_namespace_id_from": None if position == 0 else position * 1000 + 1,
+                "project_namespace_id_to": None if position == len(nodes) - 1 else 1000,
+            }
+        IndexFactory(zoekt_replica=replica, zoekt_node=node, state=READY, metadata=ranges)
+    return replica
+
+
+def get(client, namespace_id) -> dict:
+    response = client.get(targets_url(namespace_id))
+    assert response.status_code == 200, response.content
+    return response.json()
+
+
+def assert_no_targets(body: dict, namespace_id: int, reason: str) -> None:
+    assert body == {
+        "namespace_id": namespace_id,
+        "search_enabled": False,
+        "targets": [],
+        "reason": reason,
+    }
+
+
+@pytest.fixture
+def enabled(now) -> EnabledNamespace:
+    return EnabledNamespaceFactory()
+
+
+# --- authentication ----------------------------------------------------------------------------
+
+
+def test_anonymous_callers_are_refused(enabled):
+    response = Client().get(targets_url(enabled.root_namespace_id))
+    assert response.status_code in (401, 403)
+    assert "targets" not in response.json()
+    assert set(response.json()) == {"error", "errors"}
+
+
+def test_users_who_are_not_staff_are_refused(enabled, django_user_model):
+    user = django_user_model.objects.create_user("dev", password="x")
+    client = Client()
+    client.force_login(user)
+    response = client.get(targets_url(enabled.root_namespace_id))
+    assert response.status_code == 403
+    assert "targets" not in response.json()
+
+
+def test_a_staff_token_is_accepted(enabled, django_user_model):
+    staff = django_user_model.objects.create_user("ops", password="x", is_staff=True)
+    token = Token.objects.create(user=staff)
+    response = Client().get(
+        targets_url(enabled.root_namespace_id), HTTP_AUTHORIZATION=f"Token {token.key}"
+    )
+    assert response.status_code == 200
+    assert response.json()["reason"] == "no_ready_replica"
+
+
+def test_a_token_of_a_user_who_is_not_staff_is_refused(enabled, django_user_model):
+    user = django_user_model.objects.create_user("dev", password="x")
+    token = Token.objects.create(user=user)
+    response = Client().get(
+        targets_url(enabled.root_namespace_id), HTTP_AUTHORIZATION=f"Token {token.key}"
+    )
+    assert response.status_code == 403
+
+
+# --- the happy path ----------------------------------------------------------------------------
+
+
+def test_a_two_index_replica_lists_both_nodes_and_their_ranges(admin_client, enabled):
+    first, second = search_node("zoekt-a"), search_node("zoekt-b")
+    replica = ready_replica(enabled, first, second)
+    index_a, index_b = replica.indices.order_by("zoekt_node_id")
+
+    body = get(admin_client, enabled.root_namespace_id)
+
+    assert body == {
+        "namespace_id": enabled.root_namespace_id,
+        "search_enabled": True,
+        "targets": [
+            {
+                "node_id": first.id,
+                "node_name": "zoekt-a",
+                "search_base_url": "http://zoekt-a:6070",
+                "replica_id": replica.id,
+                "indices": [
+                    {
+                        "index_id": index_a.id,
+                        "project_namespace_id_from": None,
+                        "project_namespace_id_to": 1000,
+                    }
+                ],
+            },
+            {
+                "node_id": second.id,
+                "node_name": "zoekt-b",
+                "search_base_url": "http://zoekt-b:6070",
+                "replica_id": replica.id,
+                "indices": [
+                    {
+                        "index_id": index_b.id,
+                        "project_namespace_id_from": 1001,
+                        "project_namespace_id_to": None,
+                    }
+                ],
+            },
+        ],
+        "reason": None,
+    }
+
+
+def test_an_index_covering_the_whole_namespace_has_open_ranges(admin_client, enabled):
+    ready_replica(enabled, search_node("zoekt-a"))
+    (target,) = get(admin_client, enabled.root_namespace_id)["targets"]
+    assert target["indices"][0]["project_namespace_id_from"] is None
+    assert target["indices"][0]["project_namespace_id_to"] is None
+
+
+def test_of_two_good_replicas_the_lowest_id_is_chosen(admin_client, enabled):
+    first = ready_replica(enabled, search_node("zoekt-a"))
+    ready_replica(enabled, search_node("zoekt-b"))
+    body = get(admin_client, enabled.root_namespace_id)
+    assert [t["replica_id"] for t in body["targets"]] == [first.id]
+
+
+def test_a_replica_with_a_non_ready_index_is_not_chosen(admin_client, enabled):
+    half_ready = ready_replica(enabled, search_node("zoekt-a"), search_node("zoekt-b"))
+    Index.objects.filter(zoekt_replica=half_ready, zoekt_node__metadata__name="zoekt-b").update(
+        state=Index.State.INITIALIZING
+    )
+    complete = ready_replica(enabled, search_node("zoekt-c"))
+
+    body = get(admin_client, enabled.root_namespace_id)
+
+    assert body["reason"] is None
+    assert {t["replica_id"] for t in body["targets"]} == {complete.id}
+    assert [t["node_name"] for t in body["targets"]] == ["zoekt-c"]
+
+
+def test_the_second_replica_is_chosen_when_the_first_has_an_unsearchable_node(
+    admin_client, enabled
+):
+    first = ready_replica(enabled, search_node("zoekt-a"), mmap_exhausted_node("zoekt-b"))
+    second = ready_replica(enabled, search_node("zoekt-c"), search_node("zoekt-d"))
+    assert first.id < second.id
+
+    body = get(admin_client, enabled.root_namespace_id)
+
+    assert body["search_enabled"] is True
+    assert {t["replica_id"] for t in body["targets"]} == {second.id}
+    assert [t["node_name"] for t in body["targets"]] == ["zoekt-c", "zoekt-d"]
+
+
+def test_an_unhealthy_node_still_serves_while_an_online_node_runs_an_old_version(
+    admin_client, enabled
+):
+    replica = ready_replica(enabled, mmap_exhausted_node("zoekt-a"))
+    NodeFactory(metadata=healthy_metadata("zoekt-old", version="v1.15.9"))
+    body = get(admin_client, enabled.root_namespace_id)
+    assert {t["replica_id"] for t in body["targets"]} == {replica.id}
+
+
+# --- every reason -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "namespace_id",
+    [
+        pytest.param(987_654_321, id="unknown-id"),
+        pytest.param(2**70, id="beyond-bigint"),
+    ],
+)
+def test_an_unknown_namespace_is_not_enabled(admin_client, now, namespace_id):
+    assert_no_targets(get(admin_client, namespace_id), namespace_id, "namespace_not_enabled")
+
+
+def test_a_namespace_that_exists_but_is_not_enabled_is_not_enabled(admin_client, now):
+    group = GroupFactory()
+    assert_no_targets(get(admin_client, group.id), group.id, "namespace_not_enabled")
+
+
+def test_a_namespace_with_search_off_is_search_disabled(admin_client, enabled):
+    ready_replica(enabled, search_node("zoekt-a"))
+    EnabledNamespace.objects.filter(pk=enabled.pk).update(search=False)
+    assert_no_targets(
+        get(admin_client, enabled.root_namespace_id), enabled.root_namespace_id, "search_disabled"
+    )
+
+
+def test_a_namespace_without_replicas_has_no_ready_replica(admin_client, enabled):
+    assert_no_targets(
+        get(admin_client, enabled.root_namespace_id), enabled.root_namespace_id, "no_ready_replica"
+    )
+
+
+def test_a_pending_replica_is_not_ready(admin_client, enabled):
+    ready_replica(enabled, search_node("zoekt-a"), state=Replica.State.PENDING)
+    assert_no_targets(
+        get(admin_client, enabled.root_namespace_id), enabled.root_namespace_id, "no_ready_replica"
+    )
+
+
+def test_a_ready_replica_with_a_non_ready_index_is_not_ready(admin_client, enabled):
+    replica = ready_replica(enabled, search_node("zoekt-a"), search_node("zoekt-b"))
+    Index.objects.filter(pk=replica.indices.order_by("id").last().pk).update(
+        state=Index.State.PENDING_EVICTION
+    )
+    assert_no_targets(
+        get(admin_client, enabled.root_namespace_id), enabled.root_namespace_id, "no_ready_replica"
+    )
+
+
+def test_a_ready_replica_without_indices_is_not_ready(admin_client, enabled):
+    ReplicaFactory(zoekt_enabled_namespace=enabled, state=Replica.State.READY)
+    assert_no_targets(
+        get(admin_client, enabled.root_namespace_id), enabled.root_namespace_id, "no_ready_replica"
+    )
+
+
+@pytest.mark.parametrize(
+    "trouble",
+    [
+        pytest.param("offline", id="offline"),
+        pytest.param("not_for_search", id="not-a-search-node"),
+        pytest.param("restarts", id="restarts-exceeded"),
+        pytest.param("mmap", id="mmap-near-limit"),
+        pytest.param("stale", id="webserver-stale"),
+    ],
+)
+def test_ready_replicas_on_unsearchable_nodes_have_no_searchable_replica(
+    admin_client, enabled, trouble
+):
+    bad = search_node("zoekt-bad")
+    if trouble == "offline":
+        bad.last_seen_at = NOW - timedelta(seconds=30)
+    elif trouble == "not_for_search":
+        bad.services = [7]
+    elif trouble == "restarts":
+        bad.metadata["process_health"]["indexer"]["restart_count"] = 6
+    elif trouble == "mmap":
+        bad.metadata["process_health"]["indexer"].update(mmap_current=950, mmap_max=1000)
+    elif trouble == "stale":
+        bad.metadata["webserver_last_seen_at"] = (NOW - timedelta(seconds=61)).isoformat()
+    bad.save()
+    ready_replica(enabled, search_node("zoekt-a"), bad)
+    ready_replica(enabled, mmap_exhausted_node("zoekt-c"))
+
+    assert_no_targets(
+        get(admin_client, enabled.root_namespace_id),
+        enabled.root_namespace_id,
+        "no_searchable_replica",
+    )
+
+
+def test_raising_max_restarts_brings_a_restarting_node_back(admin_client, enabled):
+    node = search_node("zoekt-a")
+    node.metadata["process_health"]["webserver"]["restart_count"] = 7
+    node.save()
+    ready_replica(enabled, node)
+    assert get(admin_client, enabled.root_namespace_id)["reason"] == "no_searchable_replica"
+
+    row = app_settings.load_row()
+    row.zoekt_search_max_restarts = 7
+    row.save()
+
+    assert get(admin_client, enabled.root_namespace_id)["reason"] is None
+
+
+# --- the URL and the cost -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("namespace_id", ["abc", "-1", "1.5"])
+def test_a_namespace_id_that_is_not_a_whole_number_is_404(admin_client, namespace_id):
+    assert admin_client.get(targets_url(namespace_id)).status_code == 404
+
+
+def test_the_reply_does_not_write(admin_client, enabled):
+    ready_replica(enabled, search_node("zoekt-a"))
+    app_settings.load_row()  # the first read of the settings creates their row
+    with CaptureQueriesContext(connection) as queries:
+        get(admin_client, enabled.root_namespace_id)
+    statements = [q["sql"].lstrip().split(None, 1)[0].upper() for q in queries]
+    assert {"INSERT", "UPDATE", "DELETE"}.isdisjoint(statements), statements
+
+
+def count_queries(client, namespace_id) -> int:
+    with CaptureQueriesContext(connection) as queries:
+        get(client, namespace_id)
+    return len(queries)
+
+
+def test_the_query_count_does_not_grow_with_replicas_or_nodes(admin_client, enabled):
+    app_settings.current()  # cached for both measurements
+    ready_replica(enabled, mmap_exhausted_node("zoekt-0"))
+    ready_replica(enabled, search_node("zoekt-1"))
+    small = count_queries(admin_client, enabled.root_namespace_id)
+
+    for i in range(4):
+        ready_replica(
+            enabled,
+            mmap_exhausted_node(f"zoekt-x{i}"),
+            *(search_node(f"zoekt-y{i}{j}") for j in range(3)),
+        )
+    for i in range(10):
+        search_node(f"spare-{i}")
+    large = count_queries(admin_client, enabled.root_namespace_id)
+
+    assert small == large
+
+
+def test_the_openapi_schema_describes_the_endpoint(admin_client):
+    response = admin_client.get("/api/schema/", HTTP_ACCEPT="application/json")
+    assert response.status_code == 200
+    text = response.content.decode()
+    assert "/api/v1/namespaces/{root_namespace_id}/search_targets" in text
+    assert "no_searchable_replica" in text

@@ -1,0 +1,666 @@
+"""The fake node against a stub HTTP server: request shape, reply handling, task execution.
+
+The stub answers heartbeats from a script and records every request, so each
+test states exactly what the server said and checks exactly what the node
+sent. Bodies are also run through the real serializers, so the fake node
+cannot drift from what the control plane accepts.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import jwt
+import pytest
+
+from api.serializers import CallbackSerializer, HeartbeatSerializer
+from simulator import fakenode
+from simulator.fakenode import FakeNode, FakeNodeConfig, parse_go_duration
+
+SECRET = "stub-shell-secret-0123456789abcdef"
+HEARTBEAT_KEYS = {
+    "node.url",
+    "node.search_url",
+    "node.name",
+    "node.version",
+    "node.schema_version",
+    "node.concurrency",
+    "node.task_count",
+    "node.services",
+    "disk.all",
+    "disk.used",
+    "disk.indexed",
+    "process_health",
+}
+
+
+# --- the stub server ---------------------------------------------------------------------
+
+
+class StubServer:
+    """Records requests; heartbeats are answered from ``replies`` (then a default reply)."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict] = []
+        self.replies: list[dict] = []
+        self.callback_statuses: list[int] = []
+        self.lock = threading.Lock()
+        stub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                body = json.loads(self.rfile.read(length) or b"null")
+                with stub.lock:
+                    stub.requests.append(
+                        {
+                            "path": self.path,
+                            "headers": dict(self.headers),
+                            "body": body,
+                            "client": self.client_address,
+                        }
+                    )
+                    if self.path.endswith("/heartbeat"):
+                        status = 200
+                        reply = stub.replies.pop(0) if stub.replies else stub.default_reply()
+                    else:
+                        status = stub.callback_statuses.pop(0) if stub.callback_statuses else 202
+                        reply = {"message": "accepted"} if status == 202 else {"error": "boom"}
+                data = json.dumps(reply).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(
+            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        )
+
+    @staticmethod
+    def default_reply(**overrides) -> dict:
+        return {
+            "id": 7,
+            "truncate": False,
+            "tasks": [],
+            "pull_frequency": "5s",
+            "stop_indexing": False,
+            **overrides,
+        }
+
+    @property
+    def url(self) -> str:
+        host, port = self.httpd.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def of_kind(self, kind: str) -> list[dict]:
+        with self.lock:
+            return [r for r in self.requests if r["path"].endswith(f"/{kind}")]
+
+    def heartbeats(self) -> list[dict]:
+        return self.of_kind("heartbeat")
+
+    def callbacks(self) -> list[dict]:
+        return self.of_kind("callback")
+
+
+@pytest.fixture
+def stub():
+    server = StubServer()
+    server.thread.start()
+    yield server
+    server.httpd.shutdown()
+    server.httpd.server_close()
+
+
+@pytest.fixture
+def make_node(stub, tmp_path):
+    nodes: list[FakeNode] = []
+
+    def make(**overrides) -> FakeNode:
+        options = {"base_url": stub.url, "secret": SECRET, "state_dir": tmp_path, "seed": 1}
+        options.update(overrides)
+        node = FakeNode(FakeNodeConfig(**options))
+        nodes.append(node)
+        return node
+
+    yield make
+    for node in nodes:
+        node.stop()
+
+
+def index_task(task_id: int, repo_id: int, **extra) -> dict:
+    return {
+        "name": "index",
+        "payload": {
+            "Callback": {"name": "index", "payload": {"task_id": task_id, "schema_version": 2531}},
+            "RepoId": repo_id,
+            "FileSizeLimit": 1048576,
+            "Parallelism": 1,
+            "Timeout": "1800s",
+            "FileCountLimit": 500000,
+            "TrigramMax": 20000,
+            "MissingRepo": False,
+            "Metadata": {"project_id": str(repo_id)},
+            **extra,
+        },
+    }
+
+
+def delete_task(task_id: int, repo_id: int) -> dict:
+    return {
+        "name": "delete",
+        "payload": {
+            "RepoId": repo_id,
+            "Callback": {
+                "name": "delete",
+                "payload": {"task_id": task_id, "service_type": "zoekt"},
+            },
+        },
+    }
+
+
+def reply(*tasks: dict, **overrides) -> dict:
+    return StubServer.default_reply(tasks=list(tasks), **overrides)
+
+
+def callback_task_ids(stub) -> list[int]:
+    return [r["body"]["payload"]["task_id"] for r in stub.callbacks()]
+
+
+# --- Go durations --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("5s", 5.0),
+        ("500ms", 0.5),
+        ("1m", 60.0),
+        ("1h30m", 5400.0),
+        ("1.5s", 1.5),
+        ("0", 0.0),
+        ("250us", 0.00025),
+        ("2h45m30.5s", 9930.5),
+        ("100ns", 1e-7),
+    ],
+)
+def test_go_durations_parse_to_seconds(text, seconds):
+    assert parse_go_duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["", "5", "s", "5x", "5 s", "1.2.3s", "ms5"])
+def test_malformed_go_durations_are_refused(text):
+    with pytest.raises(ValueError):
+        parse_go_duration(text)
+
+
+# --- identity and authentication -------------------------------------------------------------
+
+
+def test_uuid_is_created_on_first_start_and_reused(make_node, tmp_path):
+    first = make_node(name="zoekt-a")
+    path = tmp_path / "zoekt-a.uuid"
+    assert not path.exists()
+    first.step()
+    assert path.read_text().strip() == str(first.uuid)
+
+    again = make_node(name="zoekt-a")
+    other = make_node(name="zoekt-b")
+    assert again.uuid == first.uuid
+    assert other.uuid != first.uuid
+
+
+def test_a_corrupt_uuid_file_is_an_error(make_node, tmp_path):
+    (tmp_path / "zoekt-x.uuid").write_text("not-a-uuid\n")
+    node = make_node(name="zoekt-x")
+    with pytest.raises(ValueError, match="does not hold a uuid"):
+        _ = node.uuid
+
+
+def test_secret_is_read_from_its_file_without_the_trailing_newline(make_node, stub, tmp_path):
+    secret_file = tmp_path / "gitlab_shell_secret"
+    secret_file.write_text(SECRET + "\n")
+    node = make_node(secret=None, secret_file=secret_file)
+    node.step()
+    token = stub.heartbeats()[0]["headers"]["Gitlab-Shell-Api-Request"]
+    jwt.decode(token, SECRET, algorithms=["HS256"], issuer="gitlab-shell")
+
+
+def test_each_request_carries_a_token_verifiable_with_the_secret(make_node, stub):
+    stub.replies = [reply(index_task(1, 10))]
+    node = make_node()
+    before = int(time.time())
+    node.step()
+    requests = stub.requests
+    assert [r["path"] for r in requests] == [
+        f"/api/v4/internal/search/zoekt/{node.uuid}/heartbeat",
+        f"/api/v4/internal/search/zoekt/{node.uuid}/callback",
+    ]
+    for request in requests:
+        token = request["headers"]["Gitlab-Shell-Api-Request"]
+        claims = jwt.decode(
+            token,
+            SECRET,
+            algorithms=["HS256"],
+            issuer="gitlab-shell",
+            options={"require": ["iss", "iat", "exp"]},
+        )
+        assert set(claims) == {"iss", "iat", "exp"}
+        assert claims["iss"] == "gitlab-shell"
+        assert before <= claims["iat"] <= int(time.time())
+        assert claims["exp"] - claims["iat"] == 60
+        with pytest.raises(jwt.InvalidSignatureError):
+            jwt.decode(token, "another-secret-of-thirty-two-bytes!", algorithms=["HS256"])
+        assert request["headers"]["Content-Type"] == "application/json"
+
+
+def test_the_local_token_matches_the_servers_encoder():
+    from api.authentication import encode_node_token
+
+    assert fakenode.encode_node_token(SECRET, now=1_700_000_000) == encode_node_token(
+        SECRET, now=1_700_000_000
+    )
+
+
+def test_the_fake_node_does_not_import_django():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = "import sys, simulator.fakenode; print('django' in sys.modules)"
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
+    assert out.stdout.strip() == "False"
+
+
+# --- the heartbeat body ----------------------------------------------------------------------
+
+
+def test_heartbeat_body_has_gitlabs_dotted_keys_and_passes_the_real_serializer(make_node, stub):
+    node = make_node(
+        name="zoekt-7",
+        index_url="http://zoekt-7.zoekt:6065",
+        search_url="http://zoekt-7.zoekt:6070",
+        disk_total_bytes=50 * fakenode.GIB,
+        disk_base_used_bytes=5 * fakenode.GIB,
+        concurrency=3,
+        schema_version=2600,
+    )
+    node.step()
+    body = stub.heartbeats()[0]["body"]
+    assert set(body) == HEARTBEAT_KEYS
+    assert body["node.url"] == "http://zoekt-7.zoekt:6065"
+    assert body["node.search_url"] == "http://zoekt-7.zoekt:6070"
+    assert body["node.name"] == "zoekt-7"
+    assert body["node.version"] == "v1.16.2"
+    assert body["node.schema_version"] == 2600
+    assert body["node.concurrency"] == 3
+    assert body["node.task_count"] == 0
+    assert body["node.services"] == ["zoekt"]
+    assert body["disk.all"] == 50 * fakenode.GIB
+    assert body["disk.used"] == 5 * fakenode.GIB
+    assert body["disk.indexed"] == 0
+    assert set(body["process_health"]) == {"indexer", "webserver"}
+    serializer = HeartbeatSerializer(data=body)
+    assert serializer.is_valid(), serializer.errors
+
+
+def test_disk_and_process_health_follow_the_repositories_held(make_node, stub):
+    sizes = {10: 1_000_000, 11: 3_000_000}
+    memory = fakenode.MemoryModel(
+        webserver_base_rss_bytes=1000, webserver_rss_per_indexed_byte=0.5, memory_limit_bytes=8000
+    )
+    node = make_node(
+        index_size=sizes.__getitem__,
+        index_file_bytes=2_000_000,
+        memory=memory,
+        disk_base_used_bytes=100,
+    )
+    stub.replies = [reply(index_task(1, 10), index_task(2, 11))]
+    node.step()
+    node.step()
+    body = stub.heartbeats()[-1]["body"]
+    assert body["disk.indexed"] == 4_000_000
+    assert body["disk.used"] == 100 + 4_000_000
+    webserver = body["process_health"]["webserver"]
+    assert webserver["rss_bytes"] == 1000 + 2_000_000
+    assert webserver["shards_loaded"] == 2
+    assert webserver["restart_count"] == 0
+    assert webserver["uptime_seconds"] > 0
+    assert webserver["mmap_current"] == memory.webserver_mmap_base + 4 * (1 + 2)
+    assert webserver["mmap_max"] == memory.mmap_max
+    assert webserver["memory_limit_bytes"] == 8000
+    assert body["process_health"]["indexer"]["restart_count"] == 0
+    assert HeartbeatSerializer(data=body).is_valid()
+
+
+def test_disk_used_never_exceeds_disk_all(make_node):
+    node = make_node(disk_total_bytes=1000, disk_base_used_bytes=900, index_size=lambda _: 500)
+    node.handle_reply(reply(index_task(1, 10)), sent_at=time.monotonic())
+    node._apply(node._inflight[1])
+    body = node.heartbeat_body()
+    assert body["disk.indexed"] == 500
+    assert body["disk.used"] == 1000
+    assert HeartbeatSerializer(data=body).is_valid()
+
+
+# --- executing tasks and calling back --------------------------------------------------------
+
+
+def test_index_callback_echoes_the_payload_and_reports_repo_stats(make_node, stub):
+    node = make_node(index_size=lambda repo_id: repo_id * 1000, index_file_bytes=15_000)
+    stub.replies = [reply(index_task(41, 31))]
+    result = node.step()
+    assert [c.status for c in result.callbacks] == [202]
+    body = stub.callbacks()[0]["body"]
+    assert body == {
+        "name": "index",
+        "success": True,
+        "payload": {"task_id": 41, "schema_version": 2531},
+        "additional_payload": {"repo_stats": {"size_in_bytes": 31_000, "index_file_count": 3}},
+    }
+    assert CallbackSerializer(data=body).is_valid()
+    assert node.repos == {31: fakenode.HeldRepo(31_000, 3)}
+
+
+def test_delete_removes_the_repository_and_its_bytes(make_node, stub):
+    node = make_node(index_size=lambda _: 5000)
+    stub.replies = [reply(index_task(1, 10), index_task(2, 11)), reply(delete_task(3, 10))]
+    node.step()
+    node.step()
+    node.step()
+    assert stub.callbacks()[-1]["body"] == {
+        "name": "delete",
+        "success": True,
+        "payload": {"task_id": 3, "service_type": "zoekt"},
+    }
+    assert CallbackSerializer(data=stub.callbacks()[-1]["body"]).is_valid()
+    assert set(node.repos) == {11}
+    assert stub.heartbeats()[-1]["body"]["disk.indexed"] == 5000
+
+
+def test_a_missing_repository_is_indexed_as_empty(make_node, stub):
+    node = make_node(index_size=lambda _: 5000)
+    stub.replies = [reply(index_task(1, 10)), reply(index_task(2, 10, MissingRepo=True))]
+    node.step()
+    node.step()
+    assert stub.callbacks()[-1]["body"]["additional_payload"] == {
+        "repo_stats": {"size_in_bytes": 0, "index_file_count": 0}
+    }
+    assert node.repos == {}
+
+
+def test_tasks_for_one_repository_run_in_the_order_handed_out(make_node, stub):
+    node = make_node(task_delay=(0.0, 0.05), concurrency=4, seed=3)
+    stub.replies = [reply(index_task(1, 10), delete_task(2, 10), index_task(3, 11))]
+    node.start()
+    deadline = time.monotonic() + 5
+    while len(stub.callbacks()) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    node.stop()
+    assert set(node.repos) == {11}
+    assert callback_task_ids(stub).index(1) < callback_task_ids(stub).index(2)
+
+
+# --- truncate, stop_indexing, de-duplication ----------------------------------------------------
+
+
+def test_truncate_wipes_the_repositories_held(make_node, stub):
+    node = make_node(index_size=lambda _: 1000)
+    stub.replies = [reply(index_task(1, 10), index_task(2, 11))]
+    node.step()
+    assert len(node.repos) == 2
+    stub.replies = [reply(truncate=True)]
+    node.step()
+    assert node.repos == {}
+    node.step()
+    body = stub.heartbeats()[-1]["body"]
+    assert body["disk.indexed"] == 0
+    assert body["process_health"]["webserver"]["shards_loaded"] == 0
+
+
+def test_truncate_on_registration_forgets_task_ids_of_an_earlier_server(make_node, stub):
+    node = make_node()
+    stub.replies = [reply(index_task(1, 10)), reply(index_task(1, 20), truncate=True)]
+    node.step()
+    node.step()
+    assert callback_task_ids(stub) == [1, 1]
+    assert set(node.repos) == {20}
+
+
+def test_stop_indexing_declines_index_tasks_but_runs_deletes(make_node, stub):
+    node = make_node()
+    stub.replies = [
+        reply(index_task(1, 10)),
+        reply(index_task(2, 11), delete_task(3, 10), stop_indexing=True),
+        reply(index_task(2, 11)),
+    ]
+    node.step()
+    result = node.step()
+    assert node.stop_indexing is True
+    assert result.heartbeat.declined == [2]
+    assert callback_task_ids(stub) == [1, 3]
+    assert node.repos == {}
+    node.step()
+    assert node.stop_indexing is False
+    assert callback_task_ids(stub) == [1, 3, 2]
+    assert set(node.repos) == {11}
+
+
+def test_re_sent_processing_tasks_run_once(make_node, stub):
+    node = make_node()
+    stub.replies = [reply(index_task(1, 10)), reply(index_task(1, 10)), reply(index_task(1, 10))]
+    node.step()
+    second = node.step()
+    third = node.step()
+    assert second.heartbeat.duplicates == [1]
+    assert third.heartbeat.duplicates == [1]
+    assert callback_task_ids(stub) == [1]
+
+
+def test_a_task_re_sent_while_running_is_not_started_twice(make_node, stub):
+    node = make_node(task_delay=0.4)
+    stub.replies = [reply(index_task(1, 10), pull_frequency="50ms")] + [
+        reply(index_task(1, 10), pull_frequency="50ms") for _ in range(20)
+    ]
+    node.start()
+    deadline = time.monotonic() + 5
+    while not stub.callbacks() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.2)
+    node.stop()
+    assert len(stub.heartbeats()) >= 4
+    assert callback_task_ids(stub) == [1]
+    # While it ran, the node counted it in node.task_count.
+    assert any(r["body"]["node.task_count"] == 1 for r in stub.heartbeats())
+
+
+def test_a_failed_task_offered_again_later_is_retried(make_node, stub):
+    node = make_node(success_rate=0.0)
+    stub.replies = [reply(index_task(1, 10)), reply(index_task(1, 10))]
+    node.step()
+    node.step()
+    bodies = [r["body"] for r in stub.callbacks()]
+    assert [b["payload"]["task_id"] for b in bodies] == [1, 1]
+    assert all(b["success"] is False for b in bodies)
+
+
+def test_a_stale_offer_of_a_task_whose_failure_was_just_reported_is_ignored(make_node, stub):
+    node = make_node(success_rate=0.0)
+    sent_before_report = time.monotonic()
+    stub.replies = [reply(index_task(1, 10))]
+    node.step()
+    outcome = node.handle_reply(reply(index_task(1, 10)), sent_at=sent_before_report)
+    assert outcome.accepted == []
+    assert outcome.duplicates == [1]
+
+
+def test_a_callback_the_server_did_not_take_is_posted_again_and_the_task_not_rerun(make_node, stub):
+    node = make_node()
+    stub.callback_statuses = [500]
+    stub.replies = [reply(index_task(1, 10)), reply(index_task(1, 10))]
+    first = node.step()
+    assert [c.status for c in first.callbacks] == [500]
+    second = node.step()
+    assert [c.status for c in second.callbacks] == [202]
+    assert second.heartbeat.duplicates == [1]
+    assert callback_task_ids(stub) == [1, 1]
+    assert set(node.repos) == {10}
+
+
+# --- success rate and delays ------------------------------------------------------------------
+
+
+def test_success_rate_zero_reports_failures_with_an_error(make_node, stub):
+    node = make_node(success_rate=0.0, failure_error="disk on fire")
+    stub.replies = [reply(index_task(1, 10), delete_task(2, 11))]
+    node.step()
+    bodies = [r["body"] for r in stub.callbacks()]
+    assert bodies == [
+        {
+            "name": "index",
+            "success": False,
+            "error": "disk on fire",
+            "payload": {"task_id": 1, "schema_version": 2531},
+        },
+        {
+            "name": "delete",
+            "success": False,
+            "error": "disk on fire",
+            "payload": {"task_id": 2, "service_type": "zoekt"},
+        },
+    ]
+    assert all(CallbackSerializer(data=b).is_valid() for b in bodies)
+    assert node.repos == {}
+
+
+def test_success_rate_is_deterministic_for_a_seed(make_node, stub):
+    tasks = [index_task(i, 100 + i) for i in range(1, 41)]
+
+    def outcomes(seed: int, name: str) -> list[bool]:
+        node = make_node(success_rate=0.5, seed=seed, name=name)
+        accepted = node.handle_reply(reply(*tasks), sent_at=time.monotonic()).accepted
+        return [job.succeed for job in accepted]
+
+    first = outcomes(5, "a")
+    assert first == outcomes(5, "b")
+    assert first != outcomes(6, "c")
+    assert 5 < sum(first) < 35
+
+
+def test_delays_are_drawn_from_the_range(make_node):
+    node = make_node(task_delay=(0.01, 0.03))
+    tasks = [index_task(i, i) for i in range(1, 30)]
+    delays = [j.delay for j in node.handle_reply(reply(*tasks), sent_at=0).accepted]
+    assert all(0.01 <= d <= 0.03 for d in delays)
+    assert len(set(delays)) > 1
+
+
+def test_config_is_checked():
+    with pytest.raises(ValueError, match="success_rate"):
+        FakeNodeConfig(base_url="http://x", secret="s", success_rate=1.5)
+    with pytest.raises(ValueError, match="secret"):
+        FakeNodeConfig(base_url="http://x")
+    with pytest.raises(ValueError, match="task_delay"):
+        FakeNodeConfig(base_url="http://x", secret="s", task_delay=(0.5, 0.1))
+
+
+# --- pull_frequency and the loop ----------------------------------------------------------------
+
+
+def test_the_node_follows_pull_frequency(make_node, stub):
+    node = make_node()
+    stub.replies = [reply(pull_frequency="500ms")]
+    node.step()
+    assert node.pull_frequency_seconds == 0.5
+    stub.replies = [reply(pull_frequency="1m")]
+    node.step()
+    assert node.pull_frequency_seconds == 60.0
+    stub.replies = [reply(pull_frequency="nonsense")]
+    node.step()
+    assert node.pull_frequency_seconds == 60.0
+
+
+def test_the_loop_heartbeats_every_pull_frequency(make_node, stub):
+    fast = make_node(name="fast")
+    stub.replies = [reply(pull_frequency="100ms") for _ in range(100)]
+    fast.run_for(0.55)
+    fast_count = len(stub.heartbeats())
+    assert 4 <= fast_count <= 8
+
+    slow = make_node(name="slow")
+    stub.replies = [reply(pull_frequency="5s") for _ in range(100)]
+    slow.run_for(0.55)
+    assert len(stub.heartbeats()) - fast_count == 1
+
+
+def test_a_server_that_refuses_the_heartbeat_does_not_crash_the_node(make_node):
+    node = make_node(base_url="http://127.0.0.1:9")  # nothing listens on the discard port
+    result = node.step()
+    assert result.heartbeat.status is None
+    assert result.heartbeat.error
+
+
+def test_step_is_refused_while_the_loop_runs(make_node):
+    node = make_node()
+    node.start()
+    with pytest.raises(RuntimeError):
+        node.step()
+    node.stop()
+
+
+def test_keep_alive_connections_are_reused(make_node, stub):
+    node = make_node()
+    for _ in range(3):
+        node.step()
+    assert len({tuple(r["client"]) for r in stub.heartbeats()}) == 1
+
+
+# --- CLI --------------------------------------------------------------------------------------
+
+
+def test_cli_runs_n_nodes_and_logs_json_lines(stub, tmp_path, capsys):
+    secret_file = tmp_path / "secret"
+    secret_file.write_text(SECRET + "\n")
+    stub.replies = [reply(pull_frequency="100ms") for _ in range(200)]
+    code = fakenode.main(
+        [
+            "--url",
+            stub.url,
+            "--secret-file",
+            str(secret_file),
+            "--count",
+            "3",
+            "--state-dir",
+            str(tmp_path / "nodes"),
+            "--duration",
+            "0.3",
+        ]
+    )
+    assert code == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    events = {(line["event"], line["node"]) for line in lines}
+    for name in ("zoekt-0", "zoekt-1", "zoekt-2"):
+        assert ("started", name) in events
+        assert ("heartbeat", name) in events
+        assert ("stopped", name) in events
+        uuid.UUID((tmp_path / "nodes" / f"{name}.uuid").read_text().strip())
+    names = {r["body"]["node.name"] for r in stub.heartbeats()}
+    assert names == {"zoekt-0", "zoekt-1", "zoekt-2"}
