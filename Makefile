@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install run test lint format check-migrations clean
+.PHONY: install run test lint format bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,10 @@ run: install
 
 test: install lint
 	$(BIN)/python -m zoekt.devservers test -- $(PYTEST_ARGS)
+
+# Heartbeat benchmark (several minutes); figures go to docs/benchmarks.md.
+bench: install
+	$(BIN)/python -m zoekt.devservers exec -- $(BIN)/python bench/heartbeat.py $(BENCH_ARGS)
 
 lint: install
 	$(BIN)/ruff check .

@@ -1,0 +1,417 @@
+"""Callbacks: a node reports the result of a task (reference 3.3, 7.4, 7.5).
+
+``POST /api/v4/internal/search/zoekt/<uuid>/callback`` answers 422 for an
+unknown node and 202 otherwise, even for a task the node does not own. A
+success marks the repository indexed (or destroys it, for a delete) and the
+task done; a failure reschedules the task with an exponential backoff until
+its retries run out, then fails it and spends one of the repository's
+retries. Every report is safe to repeat.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from tests.api.helpers import ERROR_KEYS, db_snapshot, make_repository, make_task
+from tests.factories import IndexFactory, NodeFactory
+from zoekt import actions, clock
+from zoekt.models import Index, Repository, Task
+from zoekt.tasks import handle_task_failed_task
+
+pytestmark = pytest.mark.django_db
+
+NODE_SCHEMA_VERSION = 2531
+
+
+@pytest.fixture
+def node(now):
+    return NodeFactory(
+        schema_version=NODE_SCHEMA_VERSION, metadata={"name": "zoekt-0", "concurrency": 4}
+    )
+
+
+@pytest.fixture
+def repository(index) -> Repository:
+    return make_repository(index, state=Repository.State.INITIALIZING, retries_left=3)
+
+
+@pytest.fixture
+def index_task(repository) -> Task:
+    """An index task the node was handed and is working on."""
+    return make_task(repository, state=Task.State.PROCESSING)
+
+
+@pytest.fixture
+def delete_task(index) -> Task:
+    repository = make_repository(index, state=Repository.State.DELETED, retries_left=3)
+    return make_task(repository, task_type=Task.TaskType.DELETE_REPO, state=Task.State.PROCESSING)
+
+
+def success(task: Task, *, size: int = 123_456, files: int = 7) -> dict:
+    if task.task_type == Task.TaskType.DELETE_REPO:
+        return {
+            "name": "delete",
+            "success": True,
+            "payload": {"task_id": task.id, "service_type": "zoekt"},
+        }
+    return {
+        "name": "index",
+        "success": True,
+        "payload": {"task_id": task.id, "schema_version": 1},
+        "additional_payload": {"repo_stats": {"size_in_bytes": size, "index_file_count": files}},
+    }
+
+
+def failure(task: Task) -> dict:
+    name = "delete" if task.task_type == Task.TaskType.DELETE_REPO else "index"
+    return {
+        "name": name,
+        "success": False,
+        "error": "gitaly: repository not found",
+        "payload": {"task_id": task.id},
+    }
+
+
+def report(node_api, node, body: dict, *, action: str | None = None, **kwargs) -> dict:
+    response = node_api.callback(node.uuid, body, **kwargs)
+    assert response.status_code == 202, response.content
+    reply = response.json()
+    assert set(reply) == {"message", "action"}
+    assert reply["message"] == "accepted"
+    if action is not None:
+        assert reply["action"] == action
+    return reply
+
+
+def fresh(instance):
+    instance.refresh_from_db()
+    return instance
+
+
+# --- who may report ---------------------------------------------------------------------------
+
+
+def test_a_callback_from_an_unknown_node_is_refused_and_writes_nothing(node_api, index_task):
+    before = db_snapshot()
+
+    response = node_api.callback("5d0a0f6c-1b9e-4c55-8f0e-3c1d2b7a9e10", success(index_task))
+
+    assert response.status_code == 422
+    body = response.json()
+    assert set(body) == ERROR_KEYS
+    assert body["errors"] == {"uuid": ["No node has this uuid."]}
+    assert db_snapshot() == before
+
+
+def test_a_report_on_another_nodes_task_is_accepted_and_ignored(node_api, node, now):
+    others = make_task(
+        make_repository(IndexFactory(zoekt_node=NodeFactory())), state=Task.State.PROCESSING
+    )
+    before = db_snapshot()
+
+    report(node_api, node, success(others), action="ignored_unknown_task")
+    report(node_api, node, failure(others), action="ignored_unknown_task")
+
+    assert db_snapshot() == before
+
+
+def test_a_report_on_a_task_that_does_not_exist_is_accepted_and_ignored(node_api, node):
+    before = db_snapshot()
+
+    body = {"name": "index", "success": True, "payload": {"task_id": 999_999}}
+    report(node_api, node, body, action="ignored_unknown_task")
+
+    assert db_snapshot() == before
+
+
+# --- success ------------------------------------------------------------------------------------
+
+
+def test_an_index_success_makes_the_repository_ready_with_the_reported_stats(
+    node_api, node, repository, index_task, now
+):
+    report(node_api, node, success(index_task, size=123_456, files=7), action="done")
+
+    repository = fresh(repository)
+    assert repository.state == Repository.State.READY
+    assert repository.indexed_at == now
+    assert repository.size_bytes == 123_456
+    assert repository.index_file_count == 7
+    assert repository.retries_left == Repository.DB_DEFAULT_RETRIES_LEFT == 10
+    # The node's schema version, not the one echoed in the payload.
+    assert repository.schema_version == NODE_SCHEMA_VERSION
+    assert fresh(index_task).state == Task.State.DONE
+
+
+def test_an_index_success_sent_form_encoded_is_applied(node_api, node, repository, index_task):
+    report(node_api, node, success(index_task, size=99), form=True, action="done")
+
+    assert fresh(repository).size_bytes == 99
+    assert fresh(index_task).state == Task.State.DONE
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        pytest.param(Repository.State.PENDING, Repository.State.READY, id="pending-becomes-ready"),
+        pytest.param(Repository.State.READY, Repository.State.READY, id="ready-stays-ready"),
+        pytest.param(
+            Repository.State.ORPHANED, Repository.State.ORPHANED, id="orphaned-is-left-alone"
+        ),
+    ],
+)
+def test_an_index_success_changes_only_pending_or_initializing_states(
+    node_api, node, repository, index_task, before, after
+):
+    Repository.objects.filter(pk=repository.pk).update(state=before)
+
+    report(node_api, node, success(index_task))
+
+    assert fresh(repository).state == after
+
+
+def test_an_index_success_without_repo_stats_keeps_the_stored_size(
+    node_api, node, repository, index_task
+):
+    Repository.objects.filter(pk=repository.pk).update(size_bytes=55, index_file_count=3)
+    body = success(index_task)
+    del body["additional_payload"]
+
+    report(node_api, node, body, action="done")
+
+    repository = fresh(repository)
+    assert (repository.size_bytes, repository.index_file_count) == (55, 3)
+    assert repository.state == Repository.State.READY
+
+
+@pytest.mark.parametrize(
+    ("seconds_ago", "advanced"),
+    [
+        pytest.param(30, False, id="30-s-ago-not-advanced"),
+        pytest.param(31, True, id="31-s-ago-advanced"),
+    ],
+)
+def test_the_index_is_marked_indexed_only_when_more_than_30_s_passed(
+    node_api, node, index, index_task, now, seconds_ago, advanced
+):
+    previous = now - timedelta(seconds=seconds_ago)
+    Index.objects.filter(pk=index.pk).update(last_indexed_at=previous)
+
+    report(node_api, node, success(index_task))
+
+    assert fresh(index).last_indexed_at == (now if advanced else previous)
+
+
+def test_a_repeated_index_success_changes_nothing_the_second_time(node_api, node, index_task):
+    report(node_api, node, success(index_task, size=100), action="done")
+    clock.advance(60)
+    before = db_snapshot()
+
+    report(node_api, node, success(index_task, size=200), action="ignored_already_done")
+
+    assert db_snapshot() == before
+
+
+def test_a_delete_success_destroys_the_repository(node_api, node, delete_task):
+    report(node_api, node, success(delete_task), action="done")
+
+    assert not Repository.objects.filter(pk=delete_task.zoekt_repository_id).exists()
+    assert fresh(delete_task).state == Task.State.DONE
+
+
+def test_a_repeated_delete_success_changes_nothing_the_second_time(node_api, node, delete_task):
+    report(node_api, node, success(delete_task))
+    clock.advance(60)
+    before = db_snapshot()
+
+    report(node_api, node, success(delete_task), action="ignored_already_done")
+
+    assert db_snapshot() == before
+
+
+def test_a_success_after_a_failure_report_still_completes_the_task(
+    node_api, node, repository, index_task
+):
+    report(node_api, node, failure(index_task), action="retry_scheduled")
+
+    report(node_api, node, success(index_task), action="done")
+
+    assert fresh(index_task).state == Task.State.DONE
+    assert fresh(repository).state == Repository.State.READY
+
+
+# --- failure and retries --------------------------------------------------------------------
+
+
+def seconds_until(task: Task, now) -> float:
+    return (fresh(task).perform_at - now).total_seconds()
+
+
+def test_a_first_failure_reschedules_the_task_in_5_to_7_5_minutes(node_api, node, index_task, now):
+    report(node_api, node, failure(index_task), action="retry_scheduled")
+
+    task = fresh(index_task)
+    assert task.retries_left == 2
+    assert task.state == Task.State.PROCESSING
+    assert 300 <= seconds_until(task, now) <= 450
+
+
+def test_a_second_failure_reschedules_the_task_in_10_to_15_minutes(node_api, node, index_task, now):
+    report(node_api, node, failure(index_task))
+    second_at = clock.advance(450)
+
+    report(node_api, node, failure(index_task), action="retry_scheduled")
+
+    task = fresh(index_task)
+    assert task.retries_left == 1
+    assert 600 <= seconds_until(task, second_at) <= 900
+
+
+@pytest.mark.parametrize(
+    ("retries_left", "jitter", "delay"),
+    [
+        pytest.param(3, 0.0, 300, id="first-failure-no-jitter"),
+        pytest.param(3, 0.5, 375, id="first-failure-half-jitter"),
+        pytest.param(3, 1.0, 450, id="first-failure-full-jitter"),
+        pytest.param(2, 0.0, 600, id="second-failure-no-jitter"),
+        pytest.param(2, 1.0, 900, id="second-failure-full-jitter"),
+    ],
+)
+def test_the_retry_delay_is_5_minutes_doubled_per_attempt_plus_up_to_half_as_jitter(
+    node_api, node, index_task, now, monkeypatch, retries_left, jitter, delay
+):
+    monkeypatch.setattr(actions.random, "random", lambda: jitter)
+    Task.objects.filter(pk=index_task.pk).update(retries_left=retries_left)
+
+    report(node_api, node, failure(index_task), action="retry_scheduled")
+
+    assert seconds_until(index_task, now) == delay
+
+
+def test_a_repeated_failure_report_changes_nothing_the_second_time(node_api, node, index_task):
+    report(node_api, node, failure(index_task), action="retry_scheduled")
+    before = db_snapshot()
+
+    report(node_api, node, failure(index_task), action="ignored_not_processing")
+
+    assert db_snapshot() == before
+
+
+def test_a_failure_report_on_a_finished_task_changes_nothing(node_api, node, index_task):
+    report(node_api, node, success(index_task))
+    before = db_snapshot()
+
+    report(node_api, node, failure(index_task))
+
+    assert db_snapshot() == before
+
+
+def test_the_final_failure_fails_the_task_and_queues_the_repository_handling(
+    node_api, node, index_task, django_capture_on_commit_callbacks
+):
+    Task.objects.filter(pk=index_task.pk).update(retries_left=1)
+
+    with django_capture_on_commit_callbacks() as callbacks:
+        report(node_api, node, failure(index_task), action="failed")
+
+    task = fresh(index_task)
+    assert (task.state, task.retries_left) == (Task.State.FAILED, 0)
+    assert len(callbacks) == 1
+    assert callbacks[0].func.__self__.name == handle_task_failed_task.name
+    assert callbacks[0].args == (index_task.id,)
+
+
+def test_three_failures_in_a_row_fail_the_task(
+    node_api, node, index_task, django_capture_on_commit_callbacks
+):
+    report(node_api, node, failure(index_task), action="retry_scheduled")
+    clock.advance(450)
+    report(node_api, node, failure(index_task), action="retry_scheduled")
+    clock.advance(900)
+
+    with django_capture_on_commit_callbacks() as callbacks:
+        report(node_api, node, failure(index_task), action="failed")
+
+    assert fresh(index_task).state == Task.State.FAILED
+    assert len(callbacks) == 1
+
+
+def test_a_repeated_final_failure_changes_nothing_and_queues_nothing(
+    node_api, node, index_task, django_capture_on_commit_callbacks
+):
+    Task.objects.filter(pk=index_task.pk).update(retries_left=1)
+    report(node_api, node, failure(index_task))
+    before = db_snapshot()
+
+    with django_capture_on_commit_callbacks() as callbacks:
+        report(node_api, node, failure(index_task), action="ignored_already_failed")
+
+    assert callbacks == []
+    assert db_snapshot() == before
+
+
+# --- the repository-level handling of a failed task ------------------------------------------
+
+
+def fail_for_good(node_api, node, task: Task) -> None:
+    Task.objects.filter(pk=task.pk).update(retries_left=1)
+    report(node_api, node, failure(task), action="failed")
+
+
+@pytest.mark.parametrize(
+    ("task_fixture", "retry_state"),
+    [
+        pytest.param("index_task", Repository.State.PENDING, id="index-task-back-to-pending"),
+        pytest.param(
+            "delete_task", Repository.State.PENDING_DELETION, id="delete-task-back-to-deletion"
+        ),
+    ],
+)
+def test_a_failed_task_spends_one_repository_retry_and_requeues_the_repository(
+    node_api, node, request, task_fixture, retry_state
+):
+    task = request.getfixturevalue(task_fixture)
+    fail_for_good(node_api, node, task)
+
+    result = handle_task_failed_task(task.id)
+
+    repository = Repository.objects.get(pk=task.zoekt_repository_id)
+    assert (repository.state, repository.retries_left) == (retry_state, 2)
+    assert result["handled"] is True
+
+
+def test_a_failed_task_fails_a_repository_with_its_last_retry(
+    node_api, node, repository, index_task
+):
+    Repository.objects.filter(pk=repository.pk).update(retries_left=1)
+    fail_for_good(node_api, node, index_task)
+
+    handle_task_failed_task(index_task.id)
+
+    repository = fresh(repository)
+    assert (repository.state, repository.retries_left) == (Repository.State.FAILED, 0)
+
+
+def test_handling_the_same_failed_task_twice_spends_only_one_retry(
+    node_api, node, repository, index_task
+):
+    fail_for_good(node_api, node, index_task)
+    handle_task_failed_task(index_task.id)
+    before = db_snapshot()
+
+    second = actions.do_handle_task_failed(index_task.id)
+
+    assert second["handled"] is False
+    assert db_snapshot() == before
+    assert fresh(repository).retries_left == 2
+
+
+def test_the_handler_ignores_a_task_that_has_not_failed(node_api, node, repository, index_task):
+    before = db_snapshot()
+
+    result = actions.do_handle_task_failed(index_task.id)
+
+    assert result["handled"] is False
+    assert db_snapshot() == before
