@@ -73,7 +73,7 @@ class JSONObjectField(serializers.Field):
         if isinstance(data, str):
             try:
                 data = json.loads(data)
-            except ValueError:
+            except (ValueError, RecursionError):
                 self.fail("invalid")
         if not isinstance(data, dict):
             self.fail("invalid")
@@ -95,16 +95,25 @@ class RequiredBooleanField(serializers.BooleanField):
 # --- process_health ----------------------------------------------------------------
 
 
+def _count(**kwargs) -> serializers.IntegerField:
+    return serializers.IntegerField(min_value=0, max_value=2**31 - 1, **kwargs)
+
+
 class ProcessMetricsSerializer(StrictSerializer):
-    rss_bytes = _bytes(required=False)
+    """GitLab's ``process_metrics`` block, for the indexer and for the webserver."""
+
     mmap_current = _bytes(required=False)
     mmap_max = _bytes(required=False)
-    restart_count = serializers.IntegerField(min_value=0, max_value=2**31 - 1, required=False)
-    uptime_seconds = serializers.FloatField(min_value=0, max_value=1e12, required=False)
+    restarts_1m = _count(required=False)
+    restarts_5m = _count(required=False)
+    restarts_15m = _count(required=False)
+    rss_bytes = _bytes(required=False)
+    uptime_seconds = _bytes(required=False)
 
 
 class WebserverMetricsSerializer(ProcessMetricsSerializer):
-    shards_loaded = serializers.IntegerField(min_value=0, max_value=2**31 - 1, required=False)
+    shards_loaded = _count(required=False)
+    # This project's addition: the memory limit (cgroup) the webserver runs under.
     memory_limit_bytes = _bytes(required=False)
 
 
@@ -143,6 +152,9 @@ class HeartbeatSerializer(StrictSerializer):
             "disk.all": _bytes(),
             "disk.used": _bytes(),
             "disk.indexed": _bytes(required=False),
+            # Required by GitLab's older task endpoint, so older indexers still send it;
+            # accepted and ignored (free space is disk.all - disk.used).
+            "disk.free": _bytes(required=False),
             "process_health": JSONObjectField(ProcessHealthSerializer, required=False),
         }
 
@@ -155,12 +167,16 @@ class HeartbeatSerializer(StrictSerializer):
         # Unknown names are dropped, but a node must offer at least one service
         # (GitLab's validation; an empty list would fail the node's save).
         if "node.services" in attrs and not any(
-            name.upper() in Node.Service.__members__ for name in attrs["node.services"]
+            name in SERVICE_NAMES for name in attrs["node.services"]
         ):
             raise serializers.ValidationError(
                 {"node.services": ["Must name at least one known service (zoekt)."]}
             )
         return attrs
+
+
+# GitLab's SERVICES map, matched exactly ("zoekt", not "ZOEKT").
+SERVICE_NAMES = {label: value for value, label in Node.Service.choices}
 
 
 def _flatten_dotted(attrs: dict) -> dict:

@@ -6,13 +6,13 @@ import uuid
 
 from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
 from rest_framework import status
-from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from api import serializers
 from api.authentication import GitlabShellJWTAuthentication
 from api.errors import PayloadTooLarge, UnprocessableEntity
+from api.parsers import FormParser, JSONParser, MultiPartParser
 from zoekt import actions
 from zoekt.logging import get_logger
 from zoekt.models import Node

@@ -615,7 +615,8 @@ class FakeNode:
             while job.after is not None and not job.after.wait(0.05):
                 if self._stop.is_set():
                     return self._abandon(job)
-            if self._stop.wait(job.delay) if job.delay > 0 else self._stop.is_set():
+            stopped = self._stop.wait(job.delay) if job.delay > 0 else self._stop.is_set()
+            if stopped:
                 return self._abandon(job)
             body = self._apply(job)
         finally:

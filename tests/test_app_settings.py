@@ -38,8 +38,8 @@ GITLAB_DEFAULTS = {
     "trigram_max": 20_000,
     "rollout_retry_interval_seconds": 24 * 60 * 60,
     "default_number_of_replicas": 1,
-    # This project's setting (search health), not GitLab's.
-    "search_max_restarts": 5,
+    # GitLab's newer search-health setting (its default is this project's choice).
+    "max_restarts_15m": 1,
 }
 
 

@@ -267,7 +267,7 @@ def searchable_ids() -> set[int]:
 
 def set_max_restarts(value: int) -> None:
     row = app_settings.load_row()
-    row.zoekt_search_max_restarts = value
+    row.zoekt_max_restarts_15m = value
     row.save()
 
 
@@ -375,43 +375,43 @@ def test_searchable_costs_the_same_queries_for_3_and_30_nodes(now):
     assert few_queries == many_queries == 2
 
 
-# --- the zoekt_search_max_restarts setting --------------------------------------------------------
+# --- the zoekt_max_restarts_15m setting --------------------------------------------------------
 
 
 @pytest.mark.django_db
 def test_max_restarts_defaults_to_5():
-    assert app_settings.current().search_max_restarts == 5
-    assert app_settings.load_row().zoekt_search_max_restarts == 5
+    assert app_settings.current().max_restarts_15m == 5
+    assert app_settings.load_row().zoekt_max_restarts_15m == 5
 
 
 @pytest.mark.django_db
 def test_max_restarts_of_0_is_accepted():
     row = app_settings.load_row()
-    row.zoekt_search_max_restarts = 0
+    row.zoekt_max_restarts_15m = 0
     row.full_clean()
     row.save()
-    assert app_settings.current().search_max_restarts == 0
+    assert app_settings.current().max_restarts_15m == 0
 
 
 @pytest.mark.django_db
 def test_a_negative_max_restarts_is_refused_naming_the_field():
     row = app_settings.load_row()
-    row.zoekt_search_max_restarts = -1
+    row.zoekt_max_restarts_15m = -1
     with pytest.raises(ValidationError) as excinfo:
         row.full_clean()
-    assert "zoekt_search_max_restarts" in excinfo.value.message_dict
+    assert "zoekt_max_restarts_15m" in excinfo.value.message_dict
     form_data = {
         name: getattr(row, name) for name in SETTINGS_FIELDS if getattr(row, name) is not False
     }
     form = ApplicationSettingForm(data=form_data, instance=app_settings.load_row())
     assert not form.is_valid()
-    assert list(form.errors) == ["zoekt_search_max_restarts"]
-    assert app_settings.load_row().zoekt_search_max_restarts == 5
+    assert list(form.errors) == ["zoekt_max_restarts_15m"]
+    assert app_settings.load_row().zoekt_max_restarts_15m == 5
 
 
 @pytest.mark.django_db
 def test_the_database_refuses_a_negative_max_restarts():
     app_settings.load_row()
     with pytest.raises(IntegrityError), transaction.atomic():
-        ApplicationSetting.objects.filter(pk=1).update(zoekt_search_max_restarts=-1)
-    assert app_settings.load_row().zoekt_search_max_restarts == 5
+        ApplicationSetting.objects.filter(pk=1).update(zoekt_max_restarts_15m=-1)
+    assert app_settings.load_row().zoekt_max_restarts_15m == 5

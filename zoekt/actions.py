@@ -53,12 +53,13 @@ _UPSERT_NODE_SQL = """
 INSERT INTO zoekt_nodes AS n (
     uuid, index_base_url, search_base_url, last_seen_at, total_bytes, used_bytes,
     indexed_bytes, usable_storage_bytes, schema_version, services, metadata,
-    created_at, updated_at
+    webserver_last_seen_at, created_at, updated_at
 ) VALUES (
     %(uuid)s, %(index_base_url)s, %(search_base_url)s, %(now)s, %(total)s, %(used)s,
     COALESCE(%(indexed)s, 0), %(total)s - %(used)s + COALESCE(%(indexed)s, 0),
     COALESCE(%(schema_version)s, 0), COALESCE(%(services)s::smallint[], '{0}'),
-    %(metadata)s::jsonb, %(now)s, %(now)s
+    %(metadata)s::jsonb, CASE WHEN %(webserver_seen)s THEN %(now)s::timestamptz END,
+    %(now)s, %(now)s
 )
 ON CONFLICT (uuid) DO UPDATE SET
     index_base_url = EXCLUDED.index_base_url,
@@ -70,6 +71,7 @@ ON CONFLICT (uuid) DO UPDATE SET
     schema_version = COALESCE(%(schema_version)s, n.schema_version),
     services = COALESCE(%(services)s::smallint[], n.services),
     metadata = n.metadata || EXCLUDED.metadata,
+    webserver_last_seen_at = COALESCE(EXCLUDED.webserver_last_seen_at, n.webserver_last_seen_at),
     usable_storage_bytes = CASE
         WHEN n.usable_storage_bytes_locked_until > %(now)s THEN n.usable_storage_bytes
         ELSE EXCLUDED.total_bytes - EXCLUDED.used_bytes + COALESCE(%(indexed)s, n.indexed_bytes)
@@ -104,17 +106,15 @@ def do_record_heartbeat(node_uuid: uuid.UUID, data: dict) -> HeartbeatResult:
     for key in ("task_count", "concurrency", "version"):
         if f"node.{key}" in data:
             metadata[key] = data[f"node.{key}"]
+    # GitLab stamps webserver_last_seen_at when the heartbeat relays the webserver's health.
+    webserver_seen = False
     if "process_health" in data:
         metadata["process_health"] = data["process_health"]
-        if "webserver" in data["process_health"]:
-            metadata["webserver_last_seen_at"] = now.isoformat()
+        webserver_seen = "webserver" in data["process_health"]
     services = None
     if "node.services" in data:
-        services = [
-            Node.Service[name.upper()].value
-            for name in data["node.services"]
-            if name.upper() in Node.Service.__members__
-        ]
+        labels = {label: value for value, label in Node.Service.choices}
+        services = [labels[name] for name in data["node.services"] if name in labels]
     params = {
         "uuid": node_uuid,
         "index_base_url": data["node.url"],
@@ -126,6 +126,7 @@ def do_record_heartbeat(node_uuid: uuid.UUID, data: dict) -> HeartbeatResult:
         "schema_version": data.get("node.schema_version"),
         "services": services,
         "metadata": json.dumps(metadata),
+        "webserver_seen": webserver_seen,
         "debounce_before": now - timedelta(seconds=capacity.DEBOUNCE_DELAY_SECONDS),
     }
     with connection.cursor() as cursor:

@@ -832,7 +832,7 @@ SETTINGS_FIELDSETS = (
             "fields": (
                 "zoekt_search_enabled",
                 "zoekt_cache_response",
-                "zoekt_search_max_restarts",
+                "zoekt_max_restarts_15m",
             )
         },
     ),

@@ -75,7 +75,7 @@ class ZoektSettings:
     trigram_max: int = 20_000
     rollout_retry_interval_seconds: int | None = 86400
     default_number_of_replicas: int = 1
-    search_max_restarts: int = 5
+    max_restarts_15m: int = 1
 
     @property
     def indexing_timeout(self) -> str:
@@ -110,7 +110,7 @@ def from_row(row) -> ZoektSettings:
             row.zoekt_rollout_retry_interval, default="1d", zero_disables=True
         ),
         default_number_of_replicas=row.zoekt_default_number_of_replicas,
-        search_max_restarts=row.zoekt_search_max_restarts,
+        max_restarts_15m=row.zoekt_max_restarts_15m,
     )
 
 

@@ -3,9 +3,9 @@
 Node metadata mirrors GitLab's ``zoekt_node_metadata`` schema (name,
 task_count, concurrency, version; ``concurrency_override`` read when present)
 and extends it with the ``process_health`` block a node reports about its two
-processes, plus ``webserver_last_seen_at``, stamped when a heartbeat carries a
-webserver block. Every key is optional and additional keys are allowed, as in
-GitLab.
+processes (GitLab's ``process_metrics`` keys, plus the webserver's
+``shards_loaded`` and this project's ``memory_limit_bytes``). Every key is
+optional and additional keys are allowed, as in GitLab.
 """
 
 from __future__ import annotations
@@ -21,11 +21,13 @@ _NON_NEGATIVE_INT = {"type": "integer", "minimum": 0}
 _PROCESS = {
     "type": "object",
     "properties": {
-        "rss_bytes": _NON_NEGATIVE_INT,
         "mmap_current": _NON_NEGATIVE_INT,
         "mmap_max": _NON_NEGATIVE_INT,
-        "restart_count": _NON_NEGATIVE_INT,
-        "uptime_seconds": {"type": "number", "minimum": 0},
+        "restarts_1m": _NON_NEGATIVE_INT,
+        "restarts_5m": _NON_NEGATIVE_INT,
+        "restarts_15m": _NON_NEGATIVE_INT,
+        "rss_bytes": _NON_NEGATIVE_INT,
+        "uptime_seconds": _NON_NEGATIVE_INT,
     },
 }
 
@@ -49,7 +51,6 @@ NODE_METADATA_SCHEMA: dict[str, Any] = {
         "concurrency": {"type": "integer"},
         "version": {"type": ["string", "null"]},
         "concurrency_override": {"type": ["integer", "null"]},
-        "webserver_last_seen_at": {"type": "string", "format": "date-time"},
         "process_health": {
             "type": ["object", "null"],
             "properties": {"indexer": _PROCESS, "webserver": _WEBSERVER},

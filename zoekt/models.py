@@ -239,6 +239,8 @@ class Node(ClockStampedModel):
     usable_storage_bytes = models.BigIntegerField(db_default=0, default=0)
     usable_storage_bytes_locked_until = models.DateTimeField(null=True, blank=True)
     last_seen_at = models.DateTimeField(db_default=EPOCH, default=EPOCH, db_index=True)
+    # When a heartbeat last relayed the webserver's process health (NULL: never).
+    webserver_last_seen_at = models.DateTimeField(null=True, blank=True)
     index_base_url = models.TextField()
     search_base_url = models.TextField()
     metadata = models.JSONField(
@@ -779,12 +781,13 @@ class ApplicationSetting(ClockStampedModel):
     zoekt_cache_response = models.BooleanField(
         "Cache search results for five minutes", default=True
     )
-    zoekt_search_max_restarts = models.IntegerField(
-        "Process restarts before a node leaves search",
-        default=5,
+    zoekt_max_restarts_15m = models.IntegerField(
+        "Maximum process restarts in 15 minutes before a node leaves search",
+        default=1,
         validators=[MinValueValidator(0)],
-        help_text="A node whose indexer or webserver reports more restarts than this is "
-        "left out of search (once every online node runs Zoekt 1.16.0 or later).",
+        help_text="A node whose indexer or webserver reports more restarts in the last 15 "
+        "minutes than this is left out of search (once every online node runs Zoekt 1.16.0 or "
+        "later). 0 is strict: any restart excludes the node.",
     )
     zoekt_cpu_to_tasks_ratio = models.FloatField("Indexing CPU to tasks multiplier", default=1.0)
     zoekt_force_reindexing_percentage = models.FloatField(
@@ -865,8 +868,8 @@ class ApplicationSetting(ClockStampedModel):
                 name="check_zoekt_default_number_of_replicas_positive",
             ),
             models.CheckConstraint(
-                condition=Q(zoekt_search_max_restarts__gte=0),
-                name="check_zoekt_search_max_restarts_non_negative",
+                condition=Q(zoekt_max_restarts_15m__gte=0),
+                name="check_zoekt_max_restarts_15m_non_negative",
             ),
         ]
 

@@ -183,11 +183,18 @@ def hashed_disk_path(project_id: int) -> str:
     return f"@hashed/{digest[0:2]}/{digest[2:4]}/{digest}"
 
 
+def gitaly_address(address: str) -> str:
+    """A relative ``unix:`` socket path made absolute (from the project root), as GitLab does."""
+    if address.startswith("unix:") and not address[len("unix:") :].startswith("/"):
+        return f"unix:{(settings.BASE_DIR / address[len('unix:') :]).resolve()}"
+    return address
+
+
 def _gitaly_connection_info(project: Project) -> dict:
     storages = settings.ZOEKT_GITALY_STORAGES
     storage = storages.get(project.repository_storage) or {}
     return {
-        "Address": storage.get("address", ""),
+        "Address": gitaly_address(storage.get("address", "")),
         "Token": storage.get("token", ""),
         "Storage": project.repository_storage,
         "Path": f"{hashed_disk_path(project.id)}.git",
@@ -235,7 +242,10 @@ def serialize_tasks(
                 }
             )
             continue
-        project = projects[task.project_identifier]
+        project = projects.get(task.project_identifier)
+        if project is None:
+            # Deleted since the hand-out: not sent; the next hand-out orphans the task.
+            continue
         out.append(
             {
                 "name": "index",

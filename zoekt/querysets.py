@@ -78,7 +78,7 @@ class NodeQuerySet(models.QuerySet):
         by id. So the cost is one query at call time plus the usual one when
         the result is read (and a settings read, from the cache), whatever
         the number of nodes. It is not SQL over jsonb because the rule parses
-        version strings and ISO timestamps and compares an exact ratio: one
+        version strings and compares an exact ratio: one
         Python definition shared with the API and the tests cannot drift from
         a second one in SQL, and the online set is bounded by the fleet size.
         The gate looks at every online node in the table, not only at the
@@ -87,9 +87,14 @@ class NodeQuerySet(models.QuerySet):
         from zoekt import app_settings
 
         now = now or clock.now()
-        online = dict(self.model.objects.online(now).values_list("id", "metadata"))
+        online = {
+            node_id: (metadata, seen)
+            for node_id, metadata, seen in self.model.objects.online(now).values_list(
+                "id", "metadata", "webserver_last_seen_at"
+            )
+        }
         excluded = search_health.search_exclusions(
-            online, now=now, max_restarts=app_settings.current().search_max_restarts
+            online, now=now, max_restarts=app_settings.current().max_restarts_15m
         )
         eligible = self.online(now).for_search()
         if excluded:

@@ -1,44 +1,33 @@
 """Search health: whether a node's processes are fit to answer searches.
 
 GitLab's ``Search::Zoekt::ProcessHealth`` leaves a node out of search routing
-when one of its processes is in trouble. This module is the same rule as
-pure functions over a node's ``metadata`` (no ORM, no clock: ``now`` is
-passed in), so the queryset, the API and the tests share one definition.
+when one of its processes is in trouble. This module is the same rule as pure
+functions over a node's ``metadata`` and ``webserver_last_seen_at`` (no ORM,
+no clock: ``now`` is passed in), so the queryset, the API and the tests share
+one definition. A node is excluded for each of these reasons
+(``zoekt.reasons.Reason``):
 
-A node is excluded for each of these reasons (``zoekt.reasons.Reason``):
-
+``webserver_stale``
+    ``webserver_last_seen_at`` is NULL (the node never relayed its
+    webserver's health) or older than the 30 s online threshold. A heartbeat
+    stamps it only when it carries a ``process_health.webserver`` block.
 ``process_restarts_exceeded``
-    ``process_health.indexer.restart_count`` or
-    ``process_health.webserver.restart_count`` is *above* the
-    ``zoekt_search_max_restarts`` setting (default 5). Equal to the setting
-    is still fine; either process alone is enough to exclude the node.
+    ``restarts_15m`` of the indexer or of the webserver is *above* the
+    ``zoekt_max_restarts_15m`` setting; equal is still fine, and 0 is strict.
 ``mmap_near_limit``
     ``mmap_current / mmap_max >= 0.95`` for the indexer or the webserver
-    (exact rational comparison, so 0.95 is excluded and 0.9499 is not).
-    A process that reports no ``mmap_max``, or 0, gives no signal.
-``webserver_stale``
-    ``metadata.webserver_last_seen_at`` is ``WEBSERVER_STALE_SECONDS`` (60 s,
-    twice the 30 s online threshold) or more in the past. A heartbeat stamps
-    that time only when it carries a webserver block, so a node whose
-    heartbeats keep it online while its webserver has stopped reporting
-    becomes stale after two online windows. Exactly 60 s is stale, the same
-    way a node seen exactly 30 s ago is offline.
+    (an exact rational comparison). A ``mmap_max`` of 0 or less gives no
+    signal.
 
-Missing data is no signal, never an exclusion: a node that sends no
-``process_health`` block, no counter, or no ``webserver_last_seen_at``
-(or one that does not parse) is not excluded for it. The rule is a reactive
-exclusion of a node known to be in trouble; turning a telemetry gap into a
-search outage would be worse than the trouble it guards against.
+A process that reports no metrics block is no signal for the last two rules.
 
 The fleet gate: the rule applies only while every *online* node reports a
 Zoekt version of at least ``MIN_VERSION`` (1.16.0), the release that sends
 these counters; otherwise nobody is excluded by it. Offline nodes do not
 count. Versions compare on their numeric ``major.minor.patch`` only, with an
 optional leading ``v`` and any suffix after a ``-``, ``+``, ``.`` or ``_``
-ignored: ``v1.16.2`` → (1, 16, 2), ``1.16.0-rc1`` → (1, 16, 0) (so a
-1.16.0 release candidate meets the gate), ``v2025.01.01-abc`` →
-(2025, 1, 1). A missing or unparsable version (``1.16``, ``dev``) means the
-gate is not met: the fleet cannot be shown to report the counters.
+ignored: ``v1.16.2`` → (1, 16, 2), ``1.16.0-rc1`` → (1, 16, 0). A missing
+or unparsable version (``1.16``, ``dev``) means the gate is not met.
 """
 
 from __future__ import annotations
@@ -54,8 +43,8 @@ from zoekt.reasons import Reason
 
 MIN_VERSION: tuple[int, int, int] = (1, 16, 0)
 MMAP_NEAR_LIMIT_RATIO = Fraction(95, 100)
-# Twice the online threshold: a webserver may miss one heartbeat window, not two.
-WEBSERVER_STALE_SECONDS = 2 * capacity.ONLINE_DURATION_THRESHOLD_SECONDS
+# GitLab's threshold: the node online threshold.
+WEBSERVER_STALE_SECONDS = capacity.ONLINE_DURATION_THRESHOLD_SECONDS
 PROCESSES = ("indexer", "webserver")
 
 _VERSION = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)(?:[-+._].*)?$")
@@ -103,7 +92,7 @@ def _processes(metadata: Mapping[str, Any]) -> list[Mapping[str, Any]]:
 
 def restarts_exceeded(metadata: Mapping[str, Any], max_restarts: int) -> bool:
     return any(
-        (count := _count(process.get("restart_count"))) is not None and count > max_restarts
+        (count := _count(process.get("restarts_15m"))) is not None and count > max_restarts
         for process in _processes(metadata)
     )
 
@@ -119,25 +108,19 @@ def mmap_near_limit(metadata: Mapping[str, Any]) -> bool:
     return False
 
 
-def _parse_time(value: Any) -> datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo is not None else None
-
-
-def webserver_stale(metadata: Mapping[str, Any], now: datetime) -> bool:
-    seen = _parse_time(metadata.get("webserver_last_seen_at"))
-    if seen is None:
-        return False
-    return seen <= now - timedelta(seconds=WEBSERVER_STALE_SECONDS)
+def webserver_stale(webserver_last_seen_at: datetime | None, now: datetime) -> bool:
+    """Never seen, or seen before the online threshold (strictly older, as GitLab)."""
+    if webserver_last_seen_at is None:
+        return True
+    return webserver_last_seen_at < now - timedelta(seconds=WEBSERVER_STALE_SECONDS)
 
 
 def process_health_reasons(
-    metadata: Mapping[str, Any] | None, *, now: datetime, max_restarts: int
+    metadata: Mapping[str, Any] | None,
+    webserver_last_seen_at: datetime | None,
+    *,
+    now: datetime,
+    max_restarts: int,
 ) -> list[Reason]:
     """Every reason this node's processes are unfit for search; empty when healthy.
 
@@ -145,35 +128,36 @@ def process_health_reasons(
     """
     metadata = metadata if isinstance(metadata, Mapping) else {}
     reasons: list[Reason] = []
+    if webserver_stale(webserver_last_seen_at, now):
+        reasons.append(Reason.WEBSERVER_STALE)
     if restarts_exceeded(metadata, max_restarts):
         reasons.append(Reason.PROCESS_RESTARTS_EXCEEDED)
     if mmap_near_limit(metadata):
         reasons.append(Reason.MMAP_NEAR_LIMIT)
-    if webserver_stale(metadata, now):
-        reasons.append(Reason.WEBSERVER_STALE)
     return reasons
 
 
 def search_exclusions(
-    online_metadata: Mapping[int, Mapping[str, Any] | None],
+    online_nodes: Mapping[int, tuple[Mapping[str, Any] | None, datetime | None]],
     *,
     now: datetime,
     max_restarts: int,
 ) -> dict[int, list[Reason]]:
     """The online nodes the rule excludes, by id, with their reasons.
 
-    ``online_metadata`` maps the id of every online node in the fleet to its
-    metadata. When the fleet gate is not met the answer is empty.
+    ``online_nodes`` maps the id of every online node in the fleet to its
+    ``(metadata, webserver_last_seen_at)``. When the fleet gate is not met the
+    answer is empty.
     """
     versions = (
         metadata.get("version") if isinstance(metadata, Mapping) else None
-        for metadata in online_metadata.values()
+        for metadata, _seen in online_nodes.values()
     )
     if not fleet_gate_met(versions):
         return {}
     excluded = {}
-    for node_id, metadata in online_metadata.items():
-        reasons = process_health_reasons(metadata, now=now, max_restarts=max_restarts)
+    for node_id, (metadata, seen) in online_nodes.items():
+        reasons = process_health_reasons(metadata, seen, now=now, max_restarts=max_restarts)
         if reasons:
             excluded[node_id] = reasons
     return excluded

@@ -4,7 +4,6 @@ and a snapshot of the fleet tables for "nothing changed" assertions."""
 from __future__ import annotations
 
 import json
-import uuid
 from datetime import datetime
 from urllib.parse import urlencode
 
@@ -65,10 +64,20 @@ class NodeAPI:
     def token() -> str:
         return encode_node_token(django_settings.GITLAB_SHELL_SECRETS[0])
 
-    def post(self, url: str, body, *, form: bool = False, token: str | None = None, raw=None):
+    def post(
+        self,
+        url: str,
+        body,
+        *,
+        form: bool = False,
+        token: str | None = None,
+        raw=None,
+        content_type: str = "application/json",
+    ):
+        """POST ``body`` as JSON (or form-encoded), or ``raw`` as it is; ``token=""`` sends none."""
         headers = {} if token == "" else {"Gitlab-Shell-Api-Request": token or self.token()}
         if raw is not None:
-            data, content_type = raw, "application/json"
+            data = raw
         elif form:
             data, content_type = form_encoded(body), FORM
         else:
@@ -139,7 +148,3 @@ def db_snapshot() -> dict:
         "repositories": list(Repository.objects.order_by("id").values()),
         "indices": list(Index.objects.order_by("id").values()),
     }
-
-
-def new_uuid() -> uuid.UUID:
-    return uuid.uuid4()

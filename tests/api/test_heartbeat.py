@@ -113,7 +113,7 @@ def test_a_later_heartbeat_does_not_ask_the_node_to_truncate(node_api, now):
     assert Node.objects.count() == 1
 
 
-def test_a_node_registered_by_someone_else_is_not_truncated(node_api, node):
+def test_a_node_already_in_the_table_is_not_asked_to_truncate(node_api, node):
     response = node_api.heartbeat(node.uuid)
 
     assert response.status_code == 200

@@ -331,7 +331,7 @@ def test_raising_max_restarts_brings_a_restarting_node_back(admin_client, enable
     assert get(admin_client, enabled.root_namespace_id)["reason"] == "no_searchable_replica"
 
     row = app_settings.load_row()
-    row.zoekt_search_max_restarts = 7
+    row.zoekt_max_restarts_15m = 7
     row.save()
 
     assert get(admin_client, enabled.root_namespace_id)["reason"] is None

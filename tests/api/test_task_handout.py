@@ -25,6 +25,7 @@ from tests.api.helpers import (
     set_app_setting,
 )
 from tests.factories import GroupFactory, IndexFactory, NodeFactory, ProjectFactory
+from zoekt import clock
 from zoekt.models import ForkNetworkMember, ProjectFeature, Repository, Task
 
 pytestmark = pytest.mark.django_db
@@ -69,8 +70,6 @@ def test_tasks_are_handed_out_oldest_perform_at_first_then_by_id(node_api, node,
 
 
 def test_a_task_scheduled_for_later_is_not_handed_out_until_due(node_api, node, index, now):
-    from zoekt import clock
-
     task = make_index_task(index, perform_at=now + timedelta(minutes=5))
 
     assert hand_out(node_api, node) == []

@@ -82,9 +82,7 @@ def fetch_indices_for_indexing(
             continue
         if for_delete:
             continue
-        candidates = [
-            i for i in replica_indices if i.state not in Index.SHOULD_BE_DELETED_STATES
-        ]
+        candidates = [i for i in replica_indices if i.state not in Index.SHOULD_BE_DELETED_STATES]
         if candidates:
             # Largest free bytes; the oldest index wins a tie.
             targets.append(max(candidates, key=lambda i: (i.free_storage_bytes, -i.id)))

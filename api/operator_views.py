@@ -1,0 +1,493 @@
+"""The operator API: GitLab's Zoekt admin endpoints and the catalog bulk upsert.
+
+Staff only, by session or DRF token. Token authentication is tried first, so
+a request without credentials is a 401 with ``WWW-Authenticate: Token`` (as
+GitLab answers), and a signed-in user who is not staff is a 403. Views only
+authenticate, validate, make one ``do_*`` call and reply; ``ObjectNotFound``
+becomes a 404 and ``Rejected`` a 400, both in the shared error shape.
+"""
+
+from __future__ import annotations
+
+from django.db.models import Exists, OuterRef
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import (
+    OpenApiExample,
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+)
+from rest_framework import exceptions, status
+from rest_framework.authentication import SessionAuthentication, TokenAuthentication
+from rest_framework.parsers import FormParser, JSONParser
+from rest_framework.permissions import IsAdminUser
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from api import operator_serializers as s
+from api.errors import PayloadTooLarge
+from zoekt import app_settings, operator_actions
+from zoekt.logging import get_logger
+from zoekt.models import EnabledNamespace, Index, Node
+
+log = get_logger(__name__)
+
+TAG_ADMIN = ["zoekt admin"]
+TAG_CATALOG = ["catalog"]
+INDEXING_DISABLED_MESSAGE = "application setting zoekt_indexing_enabled is not enabled"
+# GitLab's MAX_RESULTS for the indexed namespaces of a node.
+MAX_INDEXED_NAMESPACES = 20
+# The catalog takes up to 10,000 rows a table; this leaves room for long names.
+MAX_CATALOG_BODY_BYTES = 32 * 1024 * 1024
+
+
+def _error(description: str) -> OpenApiResponse:
+    return OpenApiResponse(
+        response=OpenApiTypes.OBJECT,
+        description=f"{description}. Body: {{error: str, errors: {{field: [str]}}}}.",
+    )
+
+
+COMMON_ERRORS = {
+    401: _error("No credentials (session or `Authorization: Token <key>`)"),
+    403: _error("Authenticated, but not a staff user"),
+}
+GATED_ERRORS = {
+    400: _error(f"Invalid parameters, or `{INDEXING_DISABLED_MESSAGE}`"),
+    **COMMON_ERRORS,
+}
+
+
+def ensure_zoekt_indexing_enabled() -> None:
+    """GitLab's ``ensure_zoekt_indexing_enabled!``: PUT and PATCH need indexing enabled."""
+    if not app_settings.current().indexing_enabled:
+        raise exceptions.ValidationError({"zoekt_indexing_enabled": [INDEXING_DISABLED_MESSAGE]})
+
+
+class OperatorAPIView(APIView):
+    authentication_classes = [TokenAuthentication, SessionAuthentication]
+    permission_classes = [IsAdminUser]
+    parser_classes = [JSONParser, FormParser]
+
+    def handle_exception(self, exc):
+        if isinstance(exc, operator_actions.ObjectNotFound):
+            exc = exceptions.NotFound({exc.field: [exc.message]})
+        elif isinstance(exc, operator_actions.Rejected):
+            exc = exceptions.ValidationError(exc.errors)
+        return super().handle_exception(exc)
+
+
+# --- PUT /api/v4/admin/zoekt/projects/:project_id/index ------------------------------------------
+
+
+class ProjectIndexView(OperatorAPIView):
+    @extend_schema(
+        operation_id="zoekt_admin_index_project",
+        summary="Queue indexing of a project",
+        description=(
+            "GitLab's `PUT /admin/zoekt/projects/:project_id/index`: queues an `index_repo` "
+            "job for the project (sent after commit) and returns its job id. The job finds "
+            "the project's target index in every replica of its root namespace (the Router) "
+            "and creates the tasks. Needs `zoekt_indexing_enabled`."
+        ),
+        tags=TAG_ADMIN,
+        request=None,
+        responses={
+            200: s.ProjectIndexSuccessSerializer,
+            **GATED_ERRORS,
+            404: _error("No such project"),
+        },
+        examples=[
+            OpenApiExample(
+                "Job queued",
+                value={"job_id": "0b5ab36a-4c4f-44bd-8a1f-7d2f0b1c3e9a"},
+                response_only=True,
+                status_codes=["200"],
+            )
+        ],
+    )
+    def put(self, request, project_id: int):
+        ensure_zoekt_indexing_enabled()
+        job_id = operator_actions.do_enqueue_project_index(project_id)
+        log.info(
+            "operator_index_project",
+            user=request.user.username,
+            project_id=project_id,
+            job_id=job_id,
+        )
+        return Response({"job_id": job_id})
+
+
+# --- PATCH /api/v4/admin/zoekt/namespaces/:id ----------------------------------------------------
+
+
+class NamespaceReplicasView(OperatorAPIView):
+    @extend_schema(
+        operation_id="zoekt_admin_update_namespace",
+        summary="Set or clear a namespace's number of replicas override",
+        description=(
+            "GitLab's `PATCH /admin/zoekt/namespaces/:id`. `:id` is a namespace id or its "
+            "URL-encoded full path; the override is set on the enabled namespace of its root. "
+            "`number_of_replicas_override` must be ≥ 1, or null to clear it "
+            "(`number_of_replicas` is accepted as another name). 404 when the root is not "
+            "enabled. Needs `zoekt_indexing_enabled`."
+        ),
+        tags=TAG_ADMIN,
+        parameters=[
+            OpenApiParameter(
+                "namespace_ref",
+                OpenApiTypes.STR,
+                OpenApiParameter.PATH,
+                description="The namespace's id or URL-encoded full path (GitLab's `:id`).",
+            )
+        ],
+        request=s.NumberOfReplicasOverrideSerializer,
+        responses={
+            200: s.IndexedNamespaceSerializer,
+            **GATED_ERRORS,
+            404: _error("No such namespace, or its root is not enabled"),
+        },
+        examples=[
+            OpenApiExample(
+                "Three replicas",
+                value={"number_of_replicas_override": 3},
+                request_only=True,
+            ),
+            OpenApiExample(
+                "Back to the default",
+                value={"number_of_replicas_override": None},
+                request_only=True,
+            ),
+            OpenApiExample(
+                "Updated",
+                value={
+                    "id": 12,
+                    "zoekt_shard_id": None,
+                    "zoekt_node_id": None,
+                    "namespace_id": 9970,
+                    "search": True,
+                    "number_of_replicas_override": 3,
+                },
+                response_only=True,
+                status_codes=["200"],
+            ),
+        ],
+    )
+    def patch(self, request, namespace_ref: str):
+        ensure_zoekt_indexing_enabled()
+        serializer = s.NumberOfReplicasOverrideSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        enabled = operator_actions.do_update_number_of_replicas_override(
+            namespace_ref, serializer.validated_data
+        )
+        log.info(
+            "operator_update_namespace",
+            user=request.user.username,
+            enabled_namespace_id=enabled.id,
+            number_of_replicas_override=enabled.number_of_replicas_override,
+        )
+        return Response(s.IndexedNamespaceSerializer.entity(enabled, None))
+
+
+# --- GET /api/v4/admin/zoekt/shards --------------------------------------------------------------
+
+
+class NodeListView(OperatorAPIView):
+    @extend_schema(
+        operation_id="zoekt_admin_list_nodes",
+        summary="List the Zoekt nodes",
+        description="GitLab's `GET /admin/zoekt/shards`: every node, by id.",
+        tags=TAG_ADMIN,
+        responses={200: s.ZoektNodeSerializer(many=True), **COMMON_ERRORS},
+        examples=[
+            OpenApiExample(
+                "Two nodes",
+                value=[
+                    {
+                        "id": 1,
+                        "index_base_url": "http://zoekt-0.zoekt:6065",
+                        "search_base_url": "http://zoekt-0.zoekt:6070",
+                    },
+                    {
+                        "id": 2,
+                        "index_base_url": "http://zoekt-1.zoekt:6065",
+                        "search_base_url": "http://zoekt-1.zoekt:6070",
+                    },
+                ],
+                response_only=True,
+                status_codes=["200"],
+            )
+        ],
+    )
+    def get(self, request):
+        nodes = Node.objects.order_by("id").values("id", "index_base_url", "search_base_url")
+        return Response(s.ZoektNodeSerializer(nodes, many=True).data)
+
+
+# --- /api/v4/admin/zoekt/shards/:node_id/indexed_namespaces --------------------------------------
+
+
+INDEXED_NAMESPACE_EXAMPLE = {
+    "id": 12,
+    "zoekt_shard_id": 1,
+    "zoekt_node_id": 1,
+    "namespace_id": 9970,
+    "search": True,
+    "number_of_replicas_override": None,
+}
+
+
+class IndexedNamespaceListView(OperatorAPIView):
+    @extend_schema(
+        operation_id="zoekt_admin_list_indexed_namespaces",
+        summary="The most recent enabled namespaces with an index on a node",
+        description=(
+            "GitLab's `GET /admin/zoekt/shards/:node_id/indexed_namespaces`: the "
+            f"{MAX_INDEXED_NAMESPACES} most recently enabled namespaces that have an index on "
+            "the node, newest first."
+        ),
+        tags=TAG_ADMIN,
+        responses={
+            200: s.IndexedNamespaceSerializer(many=True),
+            **COMMON_ERRORS,
+            404: _error("No such node"),
+        },
+        examples=[
+            OpenApiExample(
+                "One namespace",
+                value=[INDEXED_NAMESPACE_EXAMPLE],
+                response_only=True,
+                status_codes=["200"],
+            )
+        ],
+    )
+    def get(self, request, node_id: int):
+        node = operator_actions.find_node(node_id)
+        on_node = Index.objects.filter(zoekt_enabled_namespace=OuterRef("pk"), zoekt_node=node)
+        recent = EnabledNamespace.objects.filter(Exists(on_node)).order_by("-id")[
+            :MAX_INDEXED_NAMESPACES
+        ]
+        return Response([s.IndexedNamespaceSerializer.entity(en, node.id) for en in recent])
+
+
+class IndexedNamespaceView(OperatorAPIView):
+    @extend_schema(
+        operation_id="zoekt_admin_enable_namespace",
+        summary="Enable a root namespace, optionally with a ready index on a node",
+        description=(
+            "GitLab's `PUT /admin/zoekt/shards/:node_id/indexed_namespaces/:namespace_id`: "
+            "finds or creates the enabled namespace of a root namespace and sets `search` when "
+            "given (query string or body). With `node_id` > 0 it also finds or creates that "
+            "node's index of the namespace, directly in state `ready` and attached to the "
+            "namespace's first replica (created when missing). That index **bypasses the "
+            "planner**: no capacity check and no repositories until projects are indexed. "
+            "`node_id` 0 only enables the namespace. A namespace that is not a root is a 400. "
+            "Needs `zoekt_indexing_enabled`."
+        ),
+        tags=TAG_ADMIN,
+        parameters=[
+            OpenApiParameter(
+                "search",
+                OpenApiTypes.BOOL,
+                OpenApiParameter.QUERY,
+                required=False,
+                description="Whether the namespace is used for searching (GitLab's `search`).",
+            )
+        ],
+        request=s.EnableNamespaceSerializer,
+        responses={
+            200: s.IndexedNamespaceSerializer,
+            **GATED_ERRORS,
+            404: _error("No such node (node_id > 0) or namespace"),
+        },
+        examples=[
+            OpenApiExample("Search disabled", value={"search": False}, request_only=True),
+            OpenApiExample("Enabled", value=INDEXED_NAMESPACE_EXAMPLE, response_only=True),
+        ],
+    )
+    def put(self, request, node_id: int, namespace_id: int):
+        ensure_zoekt_indexing_enabled()
+        data = {}
+        if "search" in request.query_params:
+            data["search"] = request.query_params["search"]
+        if hasattr(request.data, "items"):
+            data.update(request.data.items())
+        serializer = s.EnableNamespaceSerializer(data=data)
+        serializer.is_valid(raise_exception=True)
+        result = operator_actions.do_enable_namespace(
+            node_id, namespace_id, serializer.validated_data["search"]
+        )
+        log.info(
+            "operator_enable_namespace",
+            user=request.user.username,
+            node_id=result.zoekt_node_id,
+            namespace_id=namespace_id,
+            enabled_namespace_id=result.enabled_namespace.id,
+            enabled_namespace_created=result.enabled_namespace_created,
+            index_id=result.index_id,
+            index_created=result.index_created,
+        )
+        return Response(
+            s.IndexedNamespaceSerializer.entity(result.enabled_namespace, result.zoekt_node_id)
+        )
+
+    @extend_schema(
+        operation_id="zoekt_admin_disable_namespace",
+        summary="Remove a namespace's indices and disable it",
+        description=(
+            "GitLab's `DELETE /admin/zoekt/shards/:node_id/indexed_namespaces/:namespace_id`: "
+            "removes the namespace's indices on that node (every node when `node_id` is 0), then "
+            "destroys the enabled namespace and its replicas. An index without repository rows "
+            "is deleted at once; one with repository rows is detached and marked "
+            "`pending_deletion`, so the deletion pipeline removes its data from the node first "
+            "(repository rows cannot be dropped while a node holds their data). A namespace "
+            "that is not enabled is a no-op. No `zoekt_indexing_enabled` check, as in GitLab."
+        ),
+        tags=TAG_ADMIN,
+        request=None,
+        responses={
+            204: OpenApiResponse(description="Done (or nothing to do)"),
+            **COMMON_ERRORS,
+            404: _error("No such node (node_id > 0) or namespace"),
+        },
+    )
+    def delete(self, request, node_id: int, namespace_id: int):
+        result = operator_actions.do_disable_namespace(node_id, namespace_id)
+        log.info(
+            "operator_disable_namespace", user=request.user.username, node_id=node_id, **result
+        )
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+# --- POST /api/v1/catalog/bulk_upsert ------------------------------------------------------------
+
+
+CATALOG_EXAMPLE = {
+    "namespaces": [
+        {
+            "id": 9970,
+            "name": "GitLab.org",
+            "path": "gitlab-org",
+            "type": "Group",
+            "parent_id": None,
+            "visibility_level": 20,
+            "archived": False,
+        },
+        {
+            "id": 13083,
+            "name": "GitLab",
+            "path": "gitlab",
+            "type": "Project",
+            "parent_id": 9970,
+            "visibility_level": 20,
+            "archived": False,
+        },
+    ],
+    "projects": [
+        {
+            "id": 278964,
+            "name": "GitLab",
+            "path": "gitlab",
+            "namespace_id": 9970,
+            "project_namespace_id": 13083,
+            "visibility_level": 20,
+            "archived": False,
+            "repository_storage": "default",
+            "repository_access_level": 20,
+            "forked_from_project_id": None,
+        }
+    ],
+    "project_statistics": [
+        {"project_id": 278964, "repository_size": 3221225472, "storage_size": 5368709120}
+    ],
+}
+
+
+class CatalogBulkUpsertView(OperatorAPIView):
+    parser_classes = [JSONParser]
+
+    def initial(self, request, *args, **kwargs):
+        try:
+            declared = int(request.META.get("CONTENT_LENGTH") or 0)
+        except ValueError:
+            declared = 0
+        if declared > MAX_CATALOG_BODY_BYTES:
+            raise PayloadTooLarge(f"Request body exceeds {MAX_CATALOG_BODY_BYTES} bytes.")
+        super().initial(request, *args, **kwargs)
+
+    @extend_schema(
+        operation_id="catalog_bulk_upsert",
+        summary="Upsert namespaces, projects and project statistics from the source of truth",
+        description=(
+            "Complete rows in GitLab's column names, up to "
+            f"{s.MAX_CATALOG_ROWS:,} per table. Every row is checked: JSON types and ranges, "
+            "duplicates, references to rows in the batch or the database, parent cycles, and "
+            "that a project's `project_namespace_id` is a `Project` namespace whose parent is "
+            "the project's `namespace_id`. Any bad row rejects the whole batch with a 400 "
+            "naming each row and field (`projects[3].namespace_id`) and nothing is written. "
+            "Otherwise everything is written in one transaction with bulk statements: "
+            "`traversal_ids` are computed from the parents (root first, ending with the "
+            "namespace's own id; database descendants of a moved namespace follow it), "
+            "`repository_access_level` goes to `project_features`, `forked_from_project_id` to "
+            "`fork_network_members`, and `namespace_root_storage_statistics` is recomputed for "
+            "every root the batch touches. The reply counts rows created and updated per table."
+        ),
+        tags=TAG_CATALOG,
+        request=s.CatalogBulkUpsertSerializer,
+        responses={
+            200: s.CatalogBulkUpsertResultSerializer,
+            400: _error("A bad row: the whole batch is rejected, nothing written"),
+            **COMMON_ERRORS,
+            413: _error("Body too large"),
+        },
+        examples=[
+            OpenApiExample("A group with one project", value=CATALOG_EXAMPLE, request_only=True),
+            OpenApiExample(
+                "Statistics only",
+                value={
+                    "project_statistics": [
+                        {
+                            "project_id": 278964,
+                            "repository_size": 3355443200,
+                            "storage_size": 5502926848,
+                        }
+                    ]
+                },
+                request_only=True,
+            ),
+            OpenApiExample(
+                "Written",
+                value={
+                    "namespaces": {"created": 2, "updated": 0, "descendants_updated": 0},
+                    "projects": {"created": 1, "updated": 0},
+                    "project_statistics": {"created": 1, "updated": 0},
+                    "namespace_root_storage_statistics": {"refreshed": 1},
+                },
+                response_only=True,
+                status_codes=["200"],
+            ),
+            OpenApiExample(
+                "Rejected",
+                value={
+                    "error": "projects[0].namespace_id: Namespace 4242 is neither in this batch "
+                    "nor in the database.",
+                    "errors": {
+                        "projects[0].namespace_id": [
+                            "Namespace 4242 is neither in this batch nor in the database."
+                        ]
+                    },
+                },
+                response_only=True,
+                status_codes=["400"],
+            ),
+        ],
+    )
+    def post(self, request):
+        serializer = s.CatalogBulkUpsertSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        result = operator_actions.do_bulk_upsert_catalog(
+            data["namespaces"], data["projects"], data["project_statistics"]
+        )
+        log.info("catalog_bulk_upsert", user=request.user.username, **result)
+        return Response(result)

@@ -1,0 +1,206 @@
+"""Why the plan looks the way it does, per namespace and per node.
+
+Built from the decision records the core writes down as it plans
+(``Plan.decisions``): for each new index, which node was taken and why each
+earlier candidate in the candidate order was passed over; for each project
+that found no node, why every candidate refused it; for each empty replica,
+which candidates were usable and which one had the most room. The reasons
+come from ``planner.filters`` and are data (``Rejection``); ``render_text``
+turns the explanation into lines a person reads.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any
+
+from planner.core import EMPTY_REPLICA, NEW_INDEX, NO_NODE
+from planner.filters import (
+    Rejection,
+    candidate_rejections,
+    empty_replica_rejections,
+)
+from planner.plan import Decision, NamespacePlan, Plan
+from planner.scenario import DISK
+
+
+def explain(plan: Plan, *, namespace_id: int | None = None) -> list[dict[str, Any]]:
+    """One explanation per namespace (in planning order), or only ``namespace_id``'s."""
+    by_namespace: dict[int, list[Decision]] = {}
+    for decision in plan.decisions:
+        by_namespace.setdefault(decision.namespace_id, []).append(decision)
+    return [
+        _explain_namespace(plan, ns_plan, by_namespace.get(ns_plan.namespace_id, []))
+        for ns_plan in plan.namespaces_in_order
+        if namespace_id is None or ns_plan.namespace_id == namespace_id
+    ]
+
+
+def _explain_namespace(
+    plan: Plan, ns_plan: NamespacePlan, decisions: list[Decision]
+) -> dict[str, Any]:
+    node_ids = plan.candidate_node_ids
+    explained = [_explain_decision(node_ids, decision) for decision in decisions]
+
+    taken: dict[int, list[dict[str, Any]]] = {}
+    passed: dict[int, Counter[str]] = {}
+    for item in explained:
+        if item["node_id"] is not None:
+            taken.setdefault(item["node_id"], []).append(
+                {"replica_idx": item["replica_idx"], "index_idx": item["index_idx"]}
+            )
+        for entry in item["passed_over"]:
+            counter = passed.setdefault(entry["node_id"], Counter())
+            counter.update(reason["reason"] for reason in entry["reasons"])
+    nodes = [
+        {
+            "node_id": node_id,
+            "taken": taken.get(node_id, []),
+            "passed_over": dict(sorted(passed.get(node_id, Counter()).items())),
+        }
+        for node_id in node_ids
+        if node_id in taken or node_id in passed
+    ]
+    out: dict[str, Any] = {
+        "namespace_id": ns_plan.namespace_id,
+        "enabled_namespace_id": ns_plan.enabled_namespace_id,
+        "action": ns_plan.action,
+        "failed": ns_plan.failed,
+        "errors": [error.to_dict() for error in ns_plan.errors],
+        "decisions": explained,
+        "nodes": nodes,
+    }
+    if ns_plan.replicas_to_destroy is not None:
+        out["replicas_to_destroy"] = list(ns_plan.replicas_to_destroy)
+    return out
+
+
+def _available_at(decision: Decision, position: int) -> dict[str, int]:
+    return {dim: values[position] for dim, values in decision.available.items()}
+
+
+def _explain_decision(node_ids: tuple[int, ...], decision: Decision) -> dict[str, Any]:
+    chosen = decision.node_position
+    passed_over: list[dict[str, Any]] = []
+    not_best: list[dict[str, Any]] = []
+    if decision.kind == EMPTY_REPLICA:
+        for position, node_id in enumerate(node_ids):
+            if position == chosen:
+                continue
+            available = _available_at(decision, position)
+            reasons = empty_replica_rejections(
+                node_id, available, exhausted=position in decision.exhausted
+            )
+            if reasons:
+                passed_over.append(_entry(node_id, reasons))
+            else:
+                # Usable, but the chosen node had more unclaimed storage (or
+                # as much and came first): "how good", not "can it".
+                not_best.append({"node_id": node_id, "available": available})
+    else:
+        considered = len(node_ids) if chosen is None else chosen
+        for position in range(considered):
+            reasons = candidate_rejections(
+                node_ids[position],
+                decision.requested,
+                _available_at(decision, position),
+                exhausted=position in decision.exhausted,
+            )
+            passed_over.append(_entry(node_ids[position], reasons))
+    out: dict[str, Any] = {
+        "kind": decision.kind,
+        "replica_idx": decision.replica_idx,
+        "index_idx": decision.index_idx,
+        "project_id": decision.project_id,
+        "project_namespace_id": decision.project_namespace_id,
+        "requested": dict(decision.requested),
+        "node_id": None if chosen is None else node_ids[chosen],
+        "available": None if chosen is None else _available_at(decision, chosen),
+        "passed_over": passed_over,
+    }
+    if decision.kind == EMPTY_REPLICA:
+        out["not_best"] = not_best
+    if decision.kind == NO_NODE:
+        out["fits_last_index_node_id"] = decision.fits_last_index_node_id
+    return out
+
+
+def _entry(node_id: int, reasons: list[Rejection]) -> dict[str, Any]:
+    return {"node_id": node_id, "reasons": [reason.to_dict() for reason in reasons]}
+
+
+# --------------------------------------------------------------------------- #
+# Text
+# --------------------------------------------------------------------------- #
+
+
+def render_text(explanations: Iterable[dict[str, Any]]) -> str:
+    lines: list[str] = []
+    for ns in explanations:
+        verdict = "FAILED" if ns["failed"] else "ok"
+        lines.append(
+            f"namespace {ns['namespace_id']} (enabled namespace {ns['enabled_namespace_id']}): "
+            f"{ns['action']}, {verdict}"
+        )
+        if "replicas_to_destroy" in ns:
+            ids = ", ".join(str(i) for i in ns["replicas_to_destroy"])
+            lines.append(f"  replicas to destroy: {ids}")
+        for error in ns["errors"]:
+            where = "" if error["replica_idx"] is None else f" (replica {error['replica_idx']})"
+            lines.append(f"  error {error['type']}{where}: {error['details']}")
+        for decision in ns["decisions"]:
+            lines.extend(_decision_lines(decision))
+        if ns["nodes"]:
+            lines.append("  nodes:")
+            for node in ns["nodes"]:
+                parts = [
+                    f"index {t['index_idx']} of replica {t['replica_idx']}" for t in node["taken"]
+                ]
+                text = "took " + ", ".join(parts) if parts else "took nothing"
+                if node["passed_over"]:
+                    reasons = ", ".join(
+                        f"{reason.replace('_', ' ')} ×{count}"
+                        for reason, count in node["passed_over"].items()
+                    )
+                    text += f"; passed over: {reasons}"
+                lines.append(f"    node {node['node_id']}: {text}")
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
+def _decision_lines(decision: dict[str, Any]) -> list[str]:
+    requested = decision["requested"][DISK]
+    if decision["kind"] == NEW_INDEX:
+        head = (
+            f"  replica {decision['replica_idx']} index {decision['index_idx']}: node "
+            f"{decision['node_id']} for project {decision['project_id']} (project namespace "
+            f"{decision['project_namespace_id']}), requested {requested:,} bytes, node had "
+            f"{decision['available'][DISK]:,} unclaimed"
+        )
+    elif decision["kind"] == NO_NODE:
+        head = (
+            f"  replica {decision['replica_idx']}: no node for project {decision['project_id']} "
+            f"(project namespace {decision['project_namespace_id']}), requested {requested:,} bytes"
+        )
+        if decision["fits_last_index_node_id"] is not None:
+            head += (
+                f"; it fitted the last index on node {decision['fits_last_index_node_id']}, but "
+                "GitLab's gate wants another non-exhausted node with room (reference 10.1)"
+            )
+    elif decision["node_id"] is not None:
+        head = (
+            f"  replica {decision['replica_idx']} (empty): node {decision['node_id']}, the most "
+            f"unclaimed storage ({decision['available'][DISK]:,} bytes) among usable nodes"
+        )
+    else:
+        head = f"  replica {decision['replica_idx']} (empty): no usable node"
+    lines = [head]
+    for entry in decision["passed_over"]:
+        reasons = "; ".join(Rejection(**reason).describe() for reason in entry["reasons"])
+        lines.append(f"    node {entry['node_id']} passed over: {reasons}")
+    for entry in decision.get("not_best", []):
+        lines.append(
+            f"    node {entry['node_id']} usable, not the roomiest: "
+            f"{entry['available'][DISK]:,} bytes"
+        )
+    return lines

@@ -1,0 +1,222 @@
+"""The planner's output: a *plan*, as plain dataclasses with an exact JSON form.
+
+``Plan.to_dict()`` / ``Plan.to_json()`` produce exactly the keys of the
+``plan-scenario`` contract, nothing more: the decision records the core keeps
+for ``planner.explain`` ride along on the ``Plan`` object but are never
+serialised. ``to_json`` sorts keys and is deterministic: the same plan gives
+the same bytes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+CREATE = "create"
+DESTROY = "destroy"
+UNCHANGED = "unchanged"
+
+#: Error types (stable snake_case; never renamed, only added).
+INDEX_LIMIT_EXCEEDED = "index_limit_exceeded"
+NODE_UNAVAILABLE = "node_unavailable"
+#: Ours, not GitLab's: GitLab plans this and then fails at provisioning on
+#: the unique (enabled namespace, node) index; see docs/planner.md.
+NODE_REUSED_IN_NAMESPACE = "node_reused_in_namespace"
+
+
+@dataclass(slots=True)
+class PlannedIndex:
+    """One index of a replica: a contiguous project-namespace id range on one node."""
+
+    node_id: int
+    namespace_id: int
+    project_namespace_id_from: int | None
+    project_namespace_id_to: int | None
+    required_storage_bytes: int
+    #: The node's unclaimed bytes at the moment the planner opened this index.
+    max_storage_bytes: int
+
+    def to_dict(self, *, with_namespace: bool = False) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "node_id": self.node_id,
+            "projects": {
+                "project_namespace_id_from": self.project_namespace_id_from,
+                "project_namespace_id_to": self.project_namespace_id_to,
+            },
+            "required_storage_bytes": self.required_storage_bytes,
+            "max_storage_bytes": self.max_storage_bytes,
+        }
+        if with_namespace:
+            out["namespace_id"] = self.namespace_id
+        return out
+
+
+@dataclass(slots=True)
+class ReplicaPlan:
+    indices: list[PlannedIndex] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"indices": [index.to_dict() for index in self.indices]}
+
+
+@dataclass(frozen=True, slots=True)
+class PlanIssue:
+    """An error or a warning about one namespace's plan.
+
+    ``replica_idx`` counts the replicas planned in this run (0 = the first
+    missing one); it is ``None`` when the issue is not about one replica.
+    """
+
+    namespace_id: int
+    replica_idx: int | None
+    type: str
+    details: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "namespace_id": self.namespace_id,
+            "replica_idx": self.replica_idx,
+            "type": self.type,
+            "details": self.details,
+        }
+
+
+@dataclass(slots=True)
+class NamespacePlan:
+    namespace_id: int
+    enabled_namespace_id: int
+    action: str
+    replicas: list[ReplicaPlan] = field(default_factory=list)
+    #: Only for ``destroy``: the replica ids to remove, in removal order.
+    replicas_to_destroy: list[int] | None = None
+    errors: list[PlanIssue] = field(default_factory=list)
+    warnings: list[PlanIssue] = field(default_factory=list)
+
+    @property
+    def namespace_required_storage_bytes(self) -> int:
+        return sum(
+            index.required_storage_bytes for replica in self.replicas for index in replica.indices
+        )
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.errors)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "namespace_id": self.namespace_id,
+            "enabled_namespace_id": self.enabled_namespace_id,
+            "action": self.action,
+            "namespace_required_storage_bytes": self.namespace_required_storage_bytes,
+            "replicas": [replica.to_dict() for replica in self.replicas],
+            "errors": [error.to_dict() for error in self.errors],
+            "warnings": [warning.to_dict() for warning in self.warnings],
+        }
+        if self.replicas_to_destroy is not None:
+            out["replicas_to_destroy"] = list(self.replicas_to_destroy)
+        return out
+
+
+@dataclass(slots=True)
+class NodeChange:
+    """What the run did to one node (display only, as in GitLab)."""
+
+    id: int
+    unclaimed_storage_bytes_before: int
+    unclaimed_storage_bytes_after: int
+    indices: list[PlannedIndex]
+
+    @property
+    def claimed_storage_bytes(self) -> int:
+        return sum(index.required_storage_bytes for index in self.indices)
+
+    @property
+    def namespace_ids(self) -> list[int]:
+        return sorted({index.namespace_id for index in self.indices})
+
+    def to_dict(self) -> dict[str, Any]:
+        # A stable sort: two indices of one namespace on one node (only in a
+        # failed plan) keep the order they were planned in.
+        ordered = sorted(self.indices, key=lambda index: index.namespace_id)
+        return {
+            "id": self.id,
+            "unclaimed_storage_bytes_before": self.unclaimed_storage_bytes_before,
+            "unclaimed_storage_bytes_after": self.unclaimed_storage_bytes_after,
+            "claimed_storage_bytes": self.claimed_storage_bytes,
+            "namespace_ids": self.namespace_ids,
+            "indices": [index.to_dict(with_namespace=True) for index in ordered],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """One placement decision, written down as the core makes it (for explain).
+
+    ``kind``:
+
+    * ``new_index``: index ``index_idx`` of replica ``replica_idx`` opened on
+      the node at ``node_position`` for the project named;
+    * ``no_node``: no candidate could take the project (a ``node_unavailable``
+      error); ``fits_last_index_node_id`` is set when the project would have
+      fitted the replica's last index and only GitLab's gate refused it;
+    * ``empty_replica``: the index of an empty replica, on the candidate
+      with the most unclaimed storage (``node_position``), or none
+      (``node_position`` is ``None``).
+
+    ``available`` holds, per dimension, the candidates' available amounts
+    (by position) at the moment of the decision: for ``new_index`` only up to
+    and including the chosen node, otherwise all of them. ``exhausted`` holds
+    the positions this namespace could not use at that moment.
+    """
+
+    kind: str
+    namespace_id: int
+    replica_idx: int | None
+    index_idx: int | None
+    project_id: int | None
+    project_namespace_id: int | None
+    requested: Mapping[str, int]
+    node_position: int | None
+    available: Mapping[str, tuple[int, ...]]
+    exhausted: frozenset[int]
+    fits_last_index_node_id: int | None = None
+
+
+@dataclass(slots=True)
+class Plan:
+    create: list[NamespacePlan]
+    destroy: list[NamespacePlan]
+    unchanged: list[NamespacePlan]
+    failures: list[NamespacePlan]
+    nodes: list[NodeChange]
+    #: Not part of the JSON: the candidate node ids in candidate order, and
+    #: the decision records, for ``planner.explain``.
+    candidate_node_ids: tuple[int, ...] = ()
+    decisions: list[Decision] = field(default_factory=list)
+    #: Every namespace plan in the order the run planned them.
+    namespaces_in_order: list[NamespacePlan] = field(default_factory=list)
+
+    @property
+    def total_required_storage_bytes(self) -> int:
+        return sum(ns.namespace_required_storage_bytes for ns in self.create)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "total_required_storage_bytes": self.total_required_storage_bytes,
+            "create": [ns.to_dict() for ns in self.create],
+            "destroy": [ns.to_dict() for ns in self.destroy],
+            "unchanged": [ns.to_dict() for ns in self.unchanged],
+            "nodes": [node.to_dict() for node in self.nodes],
+            "failures": [ns.to_dict() for ns in self.failures],
+        }
+
+    def to_json(self, *, indent: int | None = 2) -> str:
+        return dumps(self.to_dict(), indent=indent)
+
+
+def dumps(obj: Any, *, indent: int | None = 2) -> str:
+    """The one JSON form of planner output: sorted keys, ASCII, no trailing space."""
+    separators = (",", ": ") if indent is not None else (",", ":")
+    return json.dumps(obj, sort_keys=True, indent=indent, separators=separators, ensure_ascii=True)

@@ -1,0 +1,522 @@
+"""The planner's input: a *scenario*, parsed and validated into frozen dataclasses.
+
+A scenario is everything the planner needs to know, as plain data (the
+``plan-scenario`` contract): the options, the candidate nodes in candidate
+order, and the enabled namespaces to plan with their projects and existing
+replicas. ``parse_scenario`` turns the JSON-shaped dict into the dataclasses
+below, or raises ``ScenarioError(field_path, message)`` naming the first bad
+field, e.g. ``nodes[2].unclaimed_storage_bytes``.
+
+Normalisations (so equal scenarios give equal plans):
+
+* each namespace's projects are stored sorted by ``project_namespace_id``
+  (the order the planner visits them in); the input order is irrelevant;
+* nodes and namespaces keep their input order: node order is the candidate
+  order, namespace order is the order the run plans them in.
+
+No Django import here, nor anywhere in the planner core.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import math
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+#: GitLab's replica state enum (``zoekt_replicas.state``): name → stored value.
+REPLICA_STATES: Mapping[str, int] = {"pending": 0, "ready": 10}
+
+DEFAULT_BUFFER_FACTOR = 3
+DEFAULT_MAX_INDICES_PER_REPLICA = 10
+DEFAULT_MEMORY_RATIO = 0.5
+DEFAULT_CONCURRENCY_FACTOR = 4
+
+#: Capacity dimensions a node carries. Only disk is planned today; memory is
+#: parsed and kept for the memory-aware change.
+DISK = "disk"
+
+ROOT = "scenario"
+
+
+class ScenarioError(ValueError):
+    """An invalid scenario: ``field_path`` names the bad field, ``message`` says why."""
+
+    def __init__(self, field_path: str, message: str) -> None:
+        super().__init__(f"{field_path}: {message}")
+        self.field_path = field_path
+        self.message = message
+
+
+# --------------------------------------------------------------------------- #
+# The dataclasses
+# --------------------------------------------------------------------------- #
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryOptions:
+    """``options.memory``: parsed and kept; not used by the disk-only planner."""
+
+    node_memory_budget_bytes: int | None = None
+    memory_ratio: int | float = DEFAULT_MEMORY_RATIO
+    concurrency_factor: int | float = DEFAULT_CONCURRENCY_FACTOR
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    buffer_factor: int | float = DEFAULT_BUFFER_FACTOR
+    max_indices_per_replica: int = DEFAULT_MAX_INDICES_PER_REPLICA
+    memory: MemoryOptions = field(default_factory=MemoryOptions)
+
+    def scale(self, repository_size: int) -> int:
+        """A project's planned bytes: ``repository_size × buffer_factor``, whole bytes.
+
+        With an integral factor (``3`` or ``3.0``) this is exact integer
+        arithmetic, as in GitLab. With a fractional factor the factor is taken
+        at its shortest decimal form (``1.1`` is exactly 11/10, not the nearest
+        binary double) and the product is rounded *up* to whole bytes, so a
+        reservation is never smaller than the exact product.
+        """
+        num, den = _factor_ratio(self.buffer_factor)
+        if den == 1:
+            return repository_size * num
+        return -(-repository_size * num // den)
+
+
+@dataclass(frozen=True, slots=True)
+class WebserverHealth:
+    rss_bytes: int | None = None
+    shards_loaded: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessHealth:
+    """The node's last reported ``process_health`` (only the webserver part is kept)."""
+
+    webserver: WebserverHealth | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    id: int
+    unclaimed_storage_bytes: int
+    memory_budget_bytes: int | None = None
+    process_health: ProcessHealth | None = None
+
+    @property
+    def capacities(self) -> dict[str, int]:
+        """What the node has left, per planning dimension (bytes)."""
+        return {DISK: self.unclaimed_storage_bytes}
+
+
+@dataclass(frozen=True, slots=True)
+class Project:
+    project_namespace_id: int
+    project_id: int
+    #: Gitaly repository size in bytes; ``None`` when the project has no
+    #: statistics (the planner skips it).
+    repository_size: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class ExistingReplica:
+    id: int
+    state: str
+
+    @property
+    def state_value(self) -> int:
+        return REPLICA_STATES[self.state]
+
+
+@dataclass(frozen=True, slots=True)
+class Namespace:
+    enabled_namespace_id: int
+    namespace_id: int
+    number_of_replicas: int = 1
+    existing_replicas: tuple[ExistingReplica, ...] = ()
+    #: Sorted by ``project_namespace_id``.
+    projects: tuple[Project, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    options: Options
+    nodes: tuple[Node, ...]
+    namespaces: tuple[Namespace, ...]
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Scenario:
+        return parse_scenario(data)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> Scenario:
+        return parse_scenario(load_json(text))
+
+
+# --------------------------------------------------------------------------- #
+# Parsing
+# --------------------------------------------------------------------------- #
+
+
+def load_json(text: str | bytes) -> Any:
+    """Decode JSON, turning every decoding problem into a ``ScenarioError``.
+
+    Rejects what ``json`` would otherwise let through: ``NaN``/``Infinity``
+    and duplicate keys within one object.
+    """
+    if isinstance(text, bytes | bytearray):
+        try:
+            text = bytes(text).decode("utf-8-sig")
+        except UnicodeDecodeError as exc:
+            raise ScenarioError(ROOT, f"malformed JSON: not UTF-8 ({exc.reason})") from None
+    try:
+        with gc_paused():
+            return json.loads(
+                text, object_pairs_hook=_no_duplicate_keys, parse_constant=_no_constants
+            )
+    except json.JSONDecodeError as exc:
+        raise ScenarioError(
+            ROOT, f"malformed JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        ) from None
+    except RecursionError:
+        raise ScenarioError(ROOT, "malformed JSON: nested too deeply") from None
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ScenarioError(ROOT, f"malformed JSON: duplicate key {key!r} in an object")
+            seen.add(key)
+    return obj
+
+
+def _no_constants(name: str) -> Any:
+    raise ScenarioError(ROOT, f"malformed JSON: {name} is not a JSON number")
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector for one bulk step, then restore it.
+
+    Parsing and planning a large scenario allocate millions of small objects
+    that all stay alive; each allocation burst would otherwise trigger full
+    collections that walk the whole (acyclic) heap again and again, which
+    made planning a million projects several times slower. Reference
+    counting still frees everything as usual.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def parse_scenario(data: Any) -> Scenario:
+    """Validate a JSON-shaped scenario and return it as dataclasses.
+
+    Raises ``ScenarioError`` for the first problem found.
+    """
+    with gc_paused():
+        return _parse_scenario(data)
+
+
+def _parse_scenario(data: Any) -> Scenario:
+    obj = _object(data, ROOT)
+    _known_keys(obj, ROOT, ("options", "nodes", "namespaces"), required=("nodes", "namespaces"))
+    options = _parse_options(obj.get("options"), "options")
+    nodes = _parse_nodes(obj["nodes"], "nodes")
+    namespaces = _parse_namespaces(obj["namespaces"], "namespaces")
+    return Scenario(options=options, nodes=nodes, namespaces=namespaces)
+
+
+def _parse_options(value: Any, path: str) -> Options:
+    if value is None:
+        return Options()
+    obj = _object(value, path)
+    _known_keys(obj, path, ("buffer_factor", "max_indices_per_replica", "memory"))
+    buffer_factor = DEFAULT_BUFFER_FACTOR
+    if obj.get("buffer_factor") is not None:
+        buffer_factor = _positive_number(obj["buffer_factor"], f"{path}.buffer_factor")
+        if isinstance(buffer_factor, float) and buffer_factor.is_integer():
+            buffer_factor = int(buffer_factor)
+    max_indices = DEFAULT_MAX_INDICES_PER_REPLICA
+    if obj.get("max_indices_per_replica") is not None:
+        max_indices = _int(
+            obj["max_indices_per_replica"], f"{path}.max_indices_per_replica", minimum=1
+        )
+    memory = _parse_memory_options(obj.get("memory"), f"{path}.memory")
+    return Options(buffer_factor=buffer_factor, max_indices_per_replica=max_indices, memory=memory)
+
+
+def _parse_memory_options(value: Any, path: str) -> MemoryOptions:
+    if value is None:
+        return MemoryOptions()
+    obj = _object(value, path)
+    _known_keys(obj, path, ("node_memory_budget_bytes", "memory_ratio", "concurrency_factor"))
+    budget = _optional_int(obj.get("node_memory_budget_bytes"), f"{path}.node_memory_budget_bytes")
+    ratio = DEFAULT_MEMORY_RATIO
+    if obj.get("memory_ratio") is not None:
+        ratio = _positive_number(obj["memory_ratio"], f"{path}.memory_ratio")
+    concurrency = DEFAULT_CONCURRENCY_FACTOR
+    if obj.get("concurrency_factor") is not None:
+        concurrency = _positive_number(obj["concurrency_factor"], f"{path}.concurrency_factor")
+    return MemoryOptions(
+        node_memory_budget_bytes=budget, memory_ratio=ratio, concurrency_factor=concurrency
+    )
+
+
+_NODE_KEYS = ("id", "unclaimed_storage_bytes", "memory_budget_bytes", "process_health")
+
+
+def _parse_nodes(value: Any, path: str) -> tuple[Node, ...]:
+    items = _list(value, path)
+    nodes: list[Node] = []
+    seen: dict[int, int] = {}
+    for i, item in enumerate(items):
+        p = f"{path}[{i}]"
+        obj = _object(item, p)
+        _known_keys(obj, p, _NODE_KEYS, required=("id", "unclaimed_storage_bytes"))
+        node_id = _int(obj["id"], f"{p}.id", minimum=0)
+        if node_id in seen:
+            raise ScenarioError(f"{p}.id", f"duplicate node id {node_id} (also {path}[{seen[node_id]}])")
+        seen[node_id] = i
+        # Unclaimed bytes may be negative: GitLab's reservations can exceed
+        # usable storage (reference 4.1).
+        unclaimed = _int(obj["unclaimed_storage_bytes"], f"{p}.unclaimed_storage_bytes")
+        budget = _optional_int(obj.get("memory_budget_bytes"), f"{p}.memory_budget_bytes")
+        health = _parse_process_health(obj.get("process_health"), f"{p}.process_health")
+        nodes.append(Node(node_id, unclaimed, budget, health))
+    return tuple(nodes)
+
+
+def _parse_process_health(value: Any, path: str) -> ProcessHealth | None:
+    if value is None:
+        return None
+    obj = _object(value, path)
+    # Other parts (indexer, counters) are accepted and not kept.
+    webserver = obj.get("webserver")
+    if webserver is None:
+        return ProcessHealth()
+    wpath = f"{path}.webserver"
+    web = _object(webserver, wpath)
+    return ProcessHealth(
+        WebserverHealth(
+            rss_bytes=_optional_int(web.get("rss_bytes"), f"{wpath}.rss_bytes"),
+            shards_loaded=_optional_int(web.get("shards_loaded"), f"{wpath}.shards_loaded"),
+        )
+    )
+
+
+_NAMESPACE_KEYS = (
+    "enabled_namespace_id",
+    "namespace_id",
+    "number_of_replicas",
+    "existing_replicas",
+    "projects",
+)
+
+
+def _parse_namespaces(value: Any, path: str) -> tuple[Namespace, ...]:
+    items = _list(value, path)
+    namespaces: list[Namespace] = []
+    seen_enabled: dict[int, int] = {}
+    seen_root: dict[int, int] = {}
+    for i, item in enumerate(items):
+        p = f"{path}[{i}]"
+        obj = _object(item, p)
+        _known_keys(obj, p, _NAMESPACE_KEYS, required=("enabled_namespace_id", "namespace_id"))
+        enabled_id = _int(obj["enabled_namespace_id"], f"{p}.enabled_namespace_id", minimum=0)
+        if enabled_id in seen_enabled:
+            raise ScenarioError(
+                f"{p}.enabled_namespace_id",
+                f"duplicate enabled namespace id {enabled_id} (also {path}[{seen_enabled[enabled_id]}])",
+            )
+        seen_enabled[enabled_id] = i
+        root_id = _int(obj["namespace_id"], f"{p}.namespace_id", minimum=0)
+        if root_id in seen_root:
+            raise ScenarioError(
+                f"{p}.namespace_id",
+                f"duplicate namespace id {root_id} (also {path}[{seen_root[root_id]}]); "
+                "a root namespace is enabled at most once",
+            )
+        seen_root[root_id] = i
+        replicas = 1
+        if obj.get("number_of_replicas") is not None:
+            replicas = _int(obj["number_of_replicas"], f"{p}.number_of_replicas", minimum=1)
+        existing = _parse_existing_replicas(obj.get("existing_replicas"), f"{p}.existing_replicas")
+        projects = _parse_projects(obj.get("projects"), f"{p}.projects")
+        namespaces.append(Namespace(enabled_id, root_id, replicas, existing, projects))
+    return tuple(namespaces)
+
+
+def _parse_existing_replicas(value: Any, path: str) -> tuple[ExistingReplica, ...]:
+    if value is None:
+        return ()
+    items = _list(value, path)
+    replicas: list[ExistingReplica] = []
+    seen: dict[int, int] = {}
+    for i, item in enumerate(items):
+        p = f"{path}[{i}]"
+        obj = _object(item, p)
+        _known_keys(obj, p, ("id", "state"), required=("id", "state"))
+        replica_id = _int(obj["id"], f"{p}.id", minimum=0)
+        if replica_id in seen:
+            raise ScenarioError(f"{p}.id", f"duplicate replica id {replica_id} (also {path}[{seen[replica_id]}])")
+        seen[replica_id] = i
+        state = obj["state"]
+        if not isinstance(state, str) or state not in REPLICA_STATES:
+            allowed = ", ".join(REPLICA_STATES)
+            raise ScenarioError(f"{p}.state", f"expected one of {allowed}, got {_show(state)}")
+        replicas.append(ExistingReplica(replica_id, state))
+    return tuple(replicas)
+
+
+def _parse_projects(value: Any, path: str) -> tuple[Project, ...]:
+    if value is None:
+        return ()
+    items = _list(value, path)
+    projects: list[Project] = []
+    append = projects.append
+    # The hot path of parsing (a scenario can hold a million projects): plain
+    # type checks inline, the helpers only to build the error.
+    for i, item in enumerate(items):
+        if type(item) is not dict or len(item) != 3:
+            _project_problem(item, f"{path}[{i}]")
+        try:
+            pnid = item["project_namespace_id"]
+            pid = item["project_id"]
+            size = item["repository_size"]
+        except KeyError:
+            _project_problem(item, f"{path}[{i}]")
+        if (
+            type(pnid) is not int
+            or type(pid) is not int
+            or pnid < 0
+            or pid < 0
+            or (size is not None and (type(size) is not int or size < 0))
+        ):
+            _project_problem(item, f"{path}[{i}]")
+        append(Project(pnid, pid, size))
+    projects.sort(key=_by_project_namespace_id)
+    for i in range(1, len(projects)):
+        if projects[i].project_namespace_id == projects[i - 1].project_namespace_id:
+            dup = projects[i].project_namespace_id
+            where = [j for j, item in enumerate(items) if item["project_namespace_id"] == dup]
+            raise ScenarioError(
+                f"{path}[{where[1]}].project_namespace_id",
+                f"duplicate project namespace id {dup} (also {path}[{where[0]}])",
+            )
+    seen_ids: dict[int, int] = {}
+    for i, item in enumerate(items):
+        pid = item["project_id"]
+        if pid in seen_ids:
+            raise ScenarioError(
+                f"{path}[{i}].project_id", f"duplicate project id {pid} (also {path}[{seen_ids[pid]}])"
+            )
+        seen_ids[pid] = i
+    return tuple(projects)
+
+
+def _by_project_namespace_id(project: Project) -> int:
+    return project.project_namespace_id
+
+
+def _project_problem(item: Any, path: str) -> None:
+    """Raise the precise error for a project that failed the fast checks."""
+    obj = _object(item, path)
+    _known_keys(
+        obj,
+        path,
+        ("project_namespace_id", "project_id", "repository_size"),
+        required=("project_namespace_id", "project_id", "repository_size"),
+    )
+    _int(obj["project_namespace_id"], f"{path}.project_namespace_id", minimum=0)
+    _int(obj["project_id"], f"{path}.project_id", minimum=0)
+    _optional_int(obj["repository_size"], f"{path}.repository_size")
+    raise AssertionError(f"{path}: rejected by the fast check but not by the helpers")
+
+
+# --------------------------------------------------------------------------- #
+# Small typed helpers
+# --------------------------------------------------------------------------- #
+
+
+def _show(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"boolean {str(value).lower()}"
+    if isinstance(value, int):
+        return f"integer {value}"
+    if isinstance(value, float):
+        return f"number {value!r}"
+    if isinstance(value, str):
+        text = value if len(value) <= 40 else value[:37] + "..."
+        return f"string {json.dumps(text)}"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
+
+
+def _object(value: Any, path: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ScenarioError(path, f"expected an object, got {_show(value)}")
+    return value
+
+
+def _list(value: Any, path: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise ScenarioError(path, f"expected an array, got {_show(value)}")
+    return value
+
+
+def _known_keys(
+    obj: dict[str, Any], path: str, allowed: tuple[str, ...], required: tuple[str, ...] = ()
+) -> None:
+    for key in required:
+        if key not in obj:
+            raise ScenarioError(f"{path}.{key}" if path != ROOT else key, "is required")
+    for key in obj:
+        if key not in allowed:
+            where = f"{path}.{key}" if path != ROOT else str(key)
+            raise ScenarioError(where, "unknown field")
+
+
+def _int(value: Any, path: str, *, minimum: int | None = None) -> int:
+    if type(value) is not int:
+        raise ScenarioError(path, f"expected an integer, got {_show(value)}")
+    if minimum is not None and value < minimum:
+        raise ScenarioError(path, f"must be at least {minimum}, got {value}")
+    return value
+
+
+def _optional_int(value: Any, path: str) -> int | None:
+    """A byte count or counter that may be null: a non-negative integer."""
+    if value is None:
+        return None
+    return _int(value, path, minimum=0)
+
+
+def _positive_number(value: Any, path: str) -> int | float:
+    if type(value) not in (int, float):
+        raise ScenarioError(path, f"expected a number, got {_show(value)}")
+    if not math.isfinite(value) or value <= 0:
+        raise ScenarioError(path, f"must be greater than 0, got {value!r}")
+    return value
+
+
+def _factor_ratio(factor: int | float) -> tuple[int, int]:
+    if type(factor) is int:
+        return factor, 1
+    return Fraction(repr(factor)).as_integer_ratio()
