@@ -28,13 +28,20 @@ class UnprocessableEntity(exceptions.APIException):
     default_code = "unprocessable_entity"
 
 
-def _flatten(detail: Any, prefix: str = "") -> dict[str, list[str]]:
-    """Nested serializer errors as {"a.b[0].c": [messages]}."""
+def flatten_errors(detail: Any, prefix: str = "") -> dict[str, list[str]]:
+    """Nested serializer errors as {"a.b[0].c": [messages]}.
+
+    A list serializer's errors come as a list with empty entries (older DRF)
+    or as a dict keyed by row index (DRF 3.16+); both become ``[index]``.
+    """
     out: dict[str, list[str]] = {}
     if isinstance(detail, dict):
         for key, value in detail.items():
-            name = f"{prefix}.{key}" if prefix else str(key)
-            for sub, messages in _flatten(value, name).items():
+            if isinstance(key, int):
+                name = f"{prefix}[{key}]"
+            else:
+                name = f"{prefix}.{key}" if prefix else str(key)
+            for sub, messages in flatten_errors(value, name).items():
                 out.setdefault(sub, []).extend(messages)
     elif isinstance(detail, list):
         if all(not isinstance(item, dict | list) for item in detail):
@@ -42,7 +49,7 @@ def _flatten(detail: Any, prefix: str = "") -> dict[str, list[str]]:
         else:
             for index, item in enumerate(detail):
                 if item:
-                    for sub, messages in _flatten(item, f"{prefix}[{index}]").items():
+                    for sub, messages in flatten_errors(item, f"{prefix}[{index}]").items():
                         out.setdefault(sub, []).extend(messages)
     else:
         out[prefix or "non_field_errors"] = [str(detail)]
@@ -59,7 +66,7 @@ def exception_handler(exc: Exception, context: dict) -> Response | None:
     if response is None:
         return None
     if isinstance(exc, exceptions.ValidationError):
-        errors = _flatten(exc.detail)
+        errors = flatten_errors(exc.detail)
     elif isinstance(exc, exceptions.ParseError):
         errors = {"body": [str(exc.detail)]}
     elif isinstance(exc, exceptions.UnsupportedMediaType):
@@ -74,7 +81,11 @@ def exception_handler(exc: Exception, context: dict) -> Response | None:
         errors = {"body": [str(exc.detail)]}
     else:
         detail = exc.detail if isinstance(exc, exceptions.APIException) else str(exc)
-        errors = _flatten(detail) if isinstance(detail, dict | list) else {"request": [str(detail)]}
+        errors = (
+            flatten_errors(detail)
+            if isinstance(detail, dict | list)
+            else {"request": [str(detail)]}
+        )
     response.data = error_body(errors)
     return response
 

@@ -14,6 +14,7 @@ from collections import Counter
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from api.errors import flatten_errors
 from api.serializers import MAX_BIGINT, StrictSerializer
 from zoekt.models import Namespace, ProjectFeature
 from zoekt.operator_actions import known_repository_storages
@@ -256,7 +257,7 @@ class CatalogBulkUpsertSerializer(StrictSerializer):
         try:
             return super().to_internal_value(data)
         except serializers.ValidationError as exc:
-            raise serializers.ValidationError(row_keyed(exc.detail)) from exc
+            raise serializers.ValidationError(flatten_errors(exc.detail)) from exc
 
     def validate(self, attrs):
         for table in ("namespaces", "projects", "project_statistics"):
@@ -295,34 +296,6 @@ class CatalogBulkUpsertSerializer(StrictSerializer):
         if errors:
             raise serializers.ValidationError(dict(sorted(errors.items(), key=_row_order)))
         return attrs
-
-
-def row_keyed(detail, prefix: str = "") -> dict:
-    """Errors flattened to ``{"projects[3].namespace_id": [messages]}``.
-
-    DRF 3.16+ reports a list serializer's errors as a dict keyed by row index
-    (``LIST_SERIALIZER_ERRORS_AS_DICT``), older DRF as a list with empty
-    entries; both come out as ``table[index].field`` keys, which the shared
-    error flattener (``api.errors``) then keeps as they are.
-    """
-    if isinstance(detail, dict):
-        out: dict = {}
-        for key, value in detail.items():
-            if isinstance(key, int):
-                name = f"{prefix}[{key}]"
-            else:
-                name = f"{prefix}.{key}" if prefix else str(key)
-            out.update(row_keyed(value, name))
-        return out
-    if isinstance(detail, list):
-        if all(not isinstance(item, dict | list) for item in detail):
-            return {prefix or "non_field_errors": detail}
-        out = {}
-        for index, item in enumerate(detail):
-            if item:
-                out.update(row_keyed(item, f"{prefix}[{index}]"))
-        return out
-    return {prefix or "non_field_errors": [detail]}
 
 
 _TABLE_ORDER = {"namespaces": 0, "projects": 1, "project_statistics": 2}

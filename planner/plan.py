@@ -10,9 +10,10 @@ the same bytes.
 from __future__ import annotations
 
 import json
+from bisect import bisect_right
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 CREATE = "create"
 DESTROY = "destroy"
@@ -150,25 +151,24 @@ class NodeChange:
         }
 
 
-@dataclass(frozen=True, slots=True)
-class Decision:
+class Decision(NamedTuple):
     """One placement decision, written down as the core makes it (for explain).
 
     ``kind``:
 
     * ``new_index``: index ``index_idx`` of replica ``replica_idx`` opened on
-      the node at ``node_position`` for the project named;
+      the candidate at ``node_position`` for the project named;
     * ``no_node``: no candidate could take the project (a ``node_unavailable``
       error); ``fits_last_index_node_id`` is set when the project would have
       fitted the replica's last index and only GitLab's gate refused it;
-    * ``empty_replica``: the index of an empty replica, on the candidate
-      with the most unclaimed storage (``node_position``), or none
-      (``node_position`` is ``None``).
+    * ``empty_replica``: the index of an empty replica on the candidate with
+      the most unclaimed storage (``node_position``), or none (``None``).
 
-    ``available`` holds, per dimension, the candidates' available amounts
-    (by position) at the moment of the decision: for ``new_index`` only up to
-    and including the chosen node, otherwise all of them. ``exhausted`` holds
-    the positions this namespace could not use at that moment.
+    ``exhausted`` holds the candidate positions the namespace could not use
+    at that moment. What each candidate had available then is not copied
+    into the record (that would cost a copy of every node per decision); the
+    ``DecisionLog`` keeps every change instead and answers ``available``.
+    A tuple rather than a dataclass: a run may write a million of them.
     """
 
     kind: str
@@ -179,9 +179,28 @@ class Decision:
     project_namespace_id: int | None
     requested: Mapping[str, int]
     node_position: int | None
-    available: Mapping[str, tuple[int, ...]]
     exhausted: frozenset[int]
     fits_last_index_node_id: int | None = None
+
+
+@dataclass(slots=True)
+class DecisionLog:
+    """The decisions of one run, and enough history to replay what each one saw."""
+
+    #: The candidate node ids, in candidate order (positions index this).
+    node_ids: tuple[int, ...]
+    decisions: list[Decision] = field(default_factory=list)
+    #: Per dimension, per candidate position: the sequence numbers (decision
+    #: count at the time) and values of every change, oldest first.
+    history: dict[str, list[tuple[list[int], list[int]]]] = field(default_factory=dict)
+
+    def available(self, sequence: int, position: int) -> dict[str, int]:
+        """What the candidate at ``position`` had when decision ``sequence`` was made."""
+        out = {}
+        for dim, per_node in self.history.items():
+            sequences, values = per_node[position]
+            out[dim] = values[bisect_right(sequences, sequence) - 1]
+        return out
 
 
 @dataclass(slots=True)
@@ -191,12 +210,11 @@ class Plan:
     unchanged: list[NamespacePlan]
     failures: list[NamespacePlan]
     nodes: list[NodeChange]
-    #: Not part of the JSON: the candidate node ids in candidate order, and
-    #: the decision records, for ``planner.explain``.
-    candidate_node_ids: tuple[int, ...] = ()
-    decisions: list[Decision] = field(default_factory=list)
-    #: Every namespace plan in the order the run planned them.
+    #: Not part of the JSON: every namespace plan in the order the run
+    #: planned them, and (unless switched off) the decision records that
+    #: ``planner.explain`` reads.
     namespaces_in_order: list[NamespacePlan] = field(default_factory=list)
+    log: DecisionLog | None = None
 
     @property
     def total_required_storage_bytes(self) -> int:

@@ -15,7 +15,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "zoekt.settings")
 
 app = Celery("zoekt")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks(["zoekt"])
+app.autodiscover_tasks(["zoekt", "zoekt.scheduling"])
 
 # Every entry expires after its own interval, so a backlog of missed ticks
 # never runs the same job several times in a row.

@@ -20,6 +20,7 @@ _KEY_SPACE = 0x7A6F656B
 class LockKey(enum.IntEnum):
     UPDATE_REPLICA_STATES = 1
     REFRESH_BUFFER_FACTOR = 2
+    CATALOG_UPSERT = 3
 
 
 @contextlib.contextmanager
@@ -34,3 +35,9 @@ def try_advisory_lock(key: LockKey) -> Iterator[bool]:
             cursor.execute("SELECT pg_try_advisory_xact_lock(%s, %s)", [_KEY_SPACE, int(key)])
             (acquired,) = cursor.fetchone()
         yield bool(acquired)
+
+
+def advisory_xact_lock(key: LockKey) -> None:
+    """Wait for a transaction-scoped advisory lock; call inside ``transaction.atomic``."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [_KEY_SPACE, int(key)])

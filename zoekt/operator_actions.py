@@ -23,6 +23,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Exists, OuterRef, Q, Subquery
 
 from zoekt import clock
+from zoekt.locks import LockKey, advisory_xact_lock
 from zoekt.logging import get_logger
 from zoekt.models import (
     EnabledNamespace,
@@ -270,10 +271,6 @@ def do_disable_namespace(node_id: int, namespace_id: int) -> dict:
 
 # GitLab's Group::NUMBER_OF_ANCESTORS_ALLOWED: a group has at most 20 ancestors.
 MAX_GROUP_ANCESTORS = 20
-# One transaction-scoped advisory lock serialises catalog batches. The
-# single-bigint key space of pg_advisory_xact_lock does not overlap the
-# two-int key space of ``zoekt.locks``.
-CATALOG_LOCK_KEY = 0x7A6F656B_0000_0001
 
 _TABLES = ("namespaces", "projects", "project_statistics")
 
@@ -308,8 +305,8 @@ def do_bulk_upsert_catalog(
     now = clock.now()
     try:
         with transaction.atomic():
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_xact_lock(%s)", [CATALOG_LOCK_KEY])
+            # One batch at a time: two interleaved batches could disagree on parents.
+            advisory_xact_lock(LockKey.CATALOG_UPSERT)
             batch = _CatalogBatch(namespaces, projects, project_statistics)
             batch.validate()
             if batch.errors:
