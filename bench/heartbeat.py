@@ -68,13 +68,23 @@ def node_body(i: int) -> dict:
         "disk.used": used,
         "disk.indexed": used // 2,
         "process_health": {
-            "indexer": {"rss_bytes": 512 * 1024**2, "restart_count": 0, "uptime_seconds": 86400.0},
+            "indexer": {
+                "rss_bytes": 512 * 1024**2,
+                "mmap_current": 200,
+                "mmap_max": 262144,
+                "restarts_1m": 0,
+                "restarts_5m": 0,
+                "restarts_15m": 0,
+                "uptime_seconds": 86400,
+            },
             "webserver": {
                 "rss_bytes": (4 + i % 32) * GIB,
                 "mmap_current": 12000 + i,
                 "mmap_max": 262144,
-                "restart_count": 0,
-                "uptime_seconds": 86400.0,
+                "restarts_1m": 0,
+                "restarts_5m": 0,
+                "restarts_15m": 0,
+                "uptime_seconds": 86400,
                 "shards_loaded": 100 + i % 400,
             },
         },
@@ -277,10 +287,14 @@ def recreate_database(url: str, name: str) -> None:
 def preregister(url: str, count: int) -> list[str]:
     """Insert the node pool directly; their rows are old enough to be written on first sight."""
     uuids = [str(uuid.uuid4()) for _ in range(count)]
-    with psycopg.connect(url) as conn, conn.cursor() as cursor, cursor.copy(
-        "COPY zoekt_nodes (uuid, index_base_url, search_base_url, metadata, created_at, "
-        "updated_at) FROM STDIN"
-    ) as copy:
+    with (
+        psycopg.connect(url) as conn,
+        conn.cursor() as cursor,
+        cursor.copy(
+            "COPY zoekt_nodes (uuid, index_base_url, search_base_url, metadata, created_at, "
+            "updated_at) FROM STDIN"
+        ) as copy,
+    ):
         for i, node_uuid in enumerate(uuids):
             copy.write_row(
                 (

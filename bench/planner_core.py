@@ -28,8 +28,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from planner.core import plan  # noqa: E402
-from planner.scenario import parse_scenario  # noqa: E402
+from planner.core import plan
+from planner.scenario import parse_scenario
 
 NODES = 200
 SEED = 20260301
@@ -61,7 +61,9 @@ def synthetic_scenario(projects: int, *, nodes: int = NODES, seed: int = SEED) -
         existing: list[dict[str, Any]] = []
         replicas = 2 if roll < 0.1 else 1
         if roll > 0.98:
-            existing = [{"id": ns_index * 10 + k, "state": "ready"} for k in range(1 + (roll > 0.99))]
+            existing = [
+                {"id": ns_index * 10 + k, "state": "ready"} for k in range(1 + (roll > 0.99))
+            ]
         namespaces.append(
             {
                 "enabled_namespace_id": ns_index,
@@ -128,9 +130,7 @@ def main() -> int:
         bare_seconds, _ = best_of(args.runs, lambda s=scenario: plan(s, record_decisions=False))
         indices = sum(len(node.indices) for node in result.nodes)
         multi = sum(
-            len(replica.indices) > 1
-            for ns in result.namespaces_in_order
-            for replica in ns.replicas
+            len(replica.indices) > 1 for ns in result.namespaces_in_order for replica in ns.replicas
         )
         failures = Counter(error.type for ns in result.failures for error in ns.errors)
         print(

@@ -20,7 +20,7 @@ from typing import NoReturn
 from planner.core import plan
 from planner.explain import explain, render_text
 from planner.plan import dumps
-from planner.scenario import ScenarioError, Scenario
+from planner.scenario import Scenario, ScenarioError
 
 EXIT_OK = 0
 EXIT_FAILURE = 1

@@ -47,6 +47,7 @@ from planner.plan import (
     NODE_UNAVAILABLE,
     UNCHANGED,
     Decision,
+    DecisionLog,
     NamespacePlan,
     NodeChange,
     Plan,
@@ -147,21 +148,33 @@ class _Run:
     """The shared node records of one planning run, and the namespace plans so far."""
 
     def __init__(self, scenario: Scenario, *, record_decisions: bool) -> None:
-        self.scenario = scenario
         self.node_ids = [node.id for node in scenario.nodes]
         #: Live unclaimed bytes per candidate position (the disk dimension).
+        #: The node of a replica's open index is brought up to date lazily
+        #: (``_write``) before anything reads it.
         self.disk = [node.unclaimed_storage_bytes for node in scenario.nodes]
         self.before = list(self.disk)
-        #: Per dimension; the memory dimension will be another entry.
-        self.available: dict[str, list[int]] = {DISK: self.disk}
         self.node_indices: list[list[PlannedIndex]] = [[] for _ in self.node_ids]
         self.first_fit = _FirstFit(self.disk)
+        self.exhausted = _Exhausted(self.first_fit)
         self.cap = scenario.options.max_indices_per_replica
         self.factor = _factor_ratio(scenario.options.buffer_factor)
-        self.record = record_decisions
-        self.decisions: list[Decision] = []
         self.plans: list[NamespacePlan] = []
-        self._snapshot: dict[str, tuple[int, ...]] = {}
+        self.log: DecisionLog | None = None
+        self.decisions: list[Decision] = []
+        self.disk_history: list[tuple[list[int], list[int]]] = []
+        if record_decisions:
+            self.disk_history = [([-1], [value]) for value in self.disk]
+            self.log = DecisionLog(tuple(self.node_ids), self.decisions, {DISK: self.disk_history})
+
+    def _write(self, position: int, value: int) -> None:
+        """Set a node's unclaimed bytes, and log the change for explain."""
+        if self.disk[position] != value:
+            self.disk[position] = value
+            if self.log is not None:
+                sequences, values = self.disk_history[position]
+                sequences.append(len(self.decisions))
+                values.append(value)
 
     # ------------------------------------------------------------------ #
 
@@ -169,21 +182,20 @@ class _Run:
         existing = len(namespace.existing_replicas)
         desired = namespace.number_of_replicas
         ns_plan = NamespacePlan(
-            namespace_id=namespace.namespace_id,
-            enabled_namespace_id=namespace.enabled_namespace_id,
-            action=CREATE if existing < desired else DESTROY if existing > desired else UNCHANGED,
+            namespace.namespace_id,
+            namespace.enabled_namespace_id,
+            CREATE if existing < desired else DESTROY if existing > desired else UNCHANGED,
         )
         self.plans.append(ns_plan)
-        if ns_plan.action == DESTROY:
+        if existing > desired:
             ordered = sorted(
                 namespace.existing_replicas, key=lambda replica: (replica.state_value, -replica.id)
             )
             ns_plan.replicas_to_destroy = [replica.id for replica in ordered[: existing - desired]]
             return
-        if ns_plan.action == UNCHANGED:
+        if existing == desired:
             return
 
-        exhausted = _Exhausted(self.first_fit)
         try:
             if namespace.projects:
                 projects = [p for p in namespace.projects if p.repository_size is not None]
@@ -194,15 +206,19 @@ class _Run:
                     sizes = [p.repository_size * num for p in projects]
                 else:
                     sizes = [-(-p.repository_size * num // den) for p in projects]
-                for replica_idx in range(desired - existing):
-                    self._simulate_replica(ns_plan, replica_idx, pnids, pids, sizes, exhausted)
+                missing = desired - existing
+                for replica_idx in range(missing):
+                    self._simulate_replica(
+                        ns_plan, replica_idx, pnids, pids, sizes, more=replica_idx < missing - 1
+                    )
             else:
                 for replica_idx in range(desired - existing):
-                    self._empty_replica(ns_plan, replica_idx, exhausted)
+                    self._empty_replica(ns_plan, replica_idx)
         finally:
-            exhausted.release()
-        # GitLab keeps the unique errors, first occurrence first.
-        ns_plan.errors = list(dict.fromkeys(ns_plan.errors))
+            self.exhausted.release()
+        if len(ns_plan.errors) > 1:
+            # GitLab keeps the unique errors, first occurrence first.
+            ns_plan.errors = list(dict.fromkeys(ns_plan.errors))
 
     # ------------------------------------------------------------------ #
 
@@ -213,15 +229,18 @@ class _Run:
         pnids: list[int],
         pids: list[int],
         sizes: list[int],
-        exhausted: _Exhausted,
+        *,
+        more: bool,
     ) -> None:
+        """Plan one replica; ``more`` when another replica of the namespace follows."""
         disk = self.disk
+        write = self._write
         find = self.first_fit.find
+        exhausted = self.exhausted
         cap = self.cap
         namespace_id = ns_plan.namespace_id
         errors = ns_plan.errors
         indices: list[PlannedIndex] = []
-        positions: list[int] = []
 
         last: PlannedIndex | None = None
         last_pos = -1
@@ -255,9 +274,14 @@ class _Run:
                     else:
                         if size < gate_fail:
                             gate_fail = size
-                        disk[last_pos] = last_max - last_req
+                        write(last_pos, last_max - last_req)
                         self._unavailable(
-                            ns_plan, replica_idx, len(indices), pids[k], pnids[k], size, exhausted,
+                            ns_plan,
+                            replica_idx,
+                            len(indices),
+                            pids[k],
+                            pnids[k],
+                            size,
                             fits_last_index_node_id=self.node_ids[last_pos],
                         )
                         continue
@@ -267,18 +291,16 @@ class _Run:
 
             # A new index (or the replica's first) on the first-fit node.
             if last is not None:
-                disk[last_pos] = last_max - last_req
+                write(last_pos, last_max - last_req)
             position = find(size) if size < gate_fail else None
             if position is None:
-                # Values only fall until the next index opens: a bigger
-                # project cannot pass where this one failed.
+                # Room only shrinks within a namespace plan: a bigger project
+                # cannot pass where this one failed.
                 if size < gate_fail:
                     gate_fail = size
-                self._unavailable(
-                    ns_plan, replica_idx, len(indices), pids[k], pnids[k], size, exhausted
-                )
+                self._unavailable(ns_plan, replica_idx, len(indices), pids[k], pnids[k], size)
                 continue
-            if self.record:
+            if self.log is not None:
                 self.decisions.append(
                     Decision(
                         NEW_INDEX,
@@ -289,15 +311,15 @@ class _Run:
                         pnids[k],
                         {DISK: size},
                         position,
-                        {DISK: tuple(disk[: position + 1])},
                         exhausted.frozen(),
                     )
                 )
             max_bytes = disk[position]
             if last is None:
-                index = PlannedIndex(self.node_ids[position], namespace_id, None, None, 0, max_bytes)
+                index = PlannedIndex(
+                    self.node_ids[position], namespace_id, None, None, 0, max_bytes
+                )
                 first_pos = position
-                gated = False
             else:
                 last.required_storage_bytes = last_req
                 last.project_namespace_id_to = last_to
@@ -320,25 +342,25 @@ class _Run:
                 exhausted.add(position)
                 gated = True
             indices.append(index)
-            positions.append(position)
             self.node_indices[position].append(index)
             last = index
             last_pos = position
             last_max = max_bytes
             last_req = size
             last_to = pnids[k]
-            # A new node took bytes and maybe joined the exhausted set: what
-            # passed the gate may no longer pass. (What failed still fails:
-            # within a namespace, room only shrinks.)
+            # A node took bytes and maybe joined the exhausted set: what
+            # passed the gate may no longer pass. (What failed still fails.)
             gate_ok = -1
 
         if last is not None:
             last.required_storage_bytes = last_req
             last.project_namespace_id_to = None
-            disk[last_pos] = last_max - last_req
-        # The replica's nodes are exhausted for the namespace's later replicas.
-        for position in positions:
-            exhausted.add(position)
+            write(last_pos, last_max - last_req)
+            # The replica's nodes are exhausted for the namespace's later
+            # replicas (the later indices' nodes already are). Nothing reads
+            # the set after the last replica, so skip the bookkeeping then.
+            if more:
+                exhausted.add(first_pos)
         ns_plan.replicas.append(ReplicaPlan(indices))
 
     def _unavailable(
@@ -349,7 +371,6 @@ class _Run:
         project_id: int,
         project_namespace_id: int,
         size: int,
-        exhausted: _Exhausted,
         *,
         fits_last_index_node_id: int | None = None,
     ) -> None:
@@ -361,7 +382,7 @@ class _Run:
                 f"No node can accommodate project {project_id} with size {size}",
             )
         )
-        if self.record:
+        if self.log is not None:
             self.decisions.append(
                 Decision(
                     NO_NODE,
@@ -372,24 +393,22 @@ class _Run:
                     project_namespace_id,
                     {DISK: size},
                     None,
-                    self._snapshot_all(),
-                    exhausted.frozen(),
+                    self.exhausted.frozen(),
                     fits_last_index_node_id,
                 )
             )
 
-    def _empty_replica(
-        self, ns_plan: NamespacePlan, replica_idx: int, exhausted: _Exhausted
-    ) -> None:
+    def _empty_replica(self, ns_plan: NamespacePlan, replica_idx: int) -> None:
         """One index with no projects on the roomiest usable node (first on ties)."""
         disk = self.disk
+        exhausted = self.exhausted
         best = -1
         for position in range(len(disk)):
             if position in exhausted or disk[position] < 0:
                 continue
             if best < 0 or disk[position] > disk[best]:
                 best = position
-        if self.record:
+        if self.log is not None:
             self.decisions.append(
                 Decision(
                     EMPTY_REPLICA,
@@ -400,7 +419,6 @@ class _Run:
                     None,
                     {DISK: 0},
                     best if best >= 0 else None,
-                    self._snapshot_all(),
                     exhausted.frozen(),
                 )
             )
@@ -418,14 +436,6 @@ class _Run:
         self.node_indices[best].append(index)
         exhausted.add(best)
         ns_plan.replicas.append(ReplicaPlan([index]))
-
-    def _snapshot_all(self) -> dict[str, tuple[int, ...]]:
-        """Every candidate's available amounts now, shared with the last snapshot if equal."""
-        snapshot = {dim: tuple(values) for dim, values in self.available.items()}
-        if snapshot == self._snapshot:
-            return self._snapshot
-        self._snapshot = snapshot
-        return snapshot
 
     # ------------------------------------------------------------------ #
 
@@ -448,9 +458,8 @@ class _Run:
             unchanged=unchanged,
             failures=failures,
             nodes=nodes,
-            candidate_node_ids=tuple(self.node_ids),
-            decisions=self.decisions,
-            namespaces_in_order=list(self.plans),
+            namespaces_in_order=self.plans,
+            log=self.log,
         )
 
 
@@ -480,7 +489,8 @@ class _Exhausted:
 
     def release(self) -> None:
         """The namespace is planned: its exhausted nodes are candidates again."""
-        for position in self.positions:
-            self.first_fit.unblock(position)
-        self.positions.clear()
-        self._frozen = frozenset()
+        if self.positions:
+            for position in self.positions:
+                self.first_fit.unblock(position)
+            self.positions.clear()
+            self._frozen = frozenset()

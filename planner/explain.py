@@ -21,27 +21,34 @@ from planner.filters import (
     candidate_rejections,
     empty_replica_rejections,
 )
-from planner.plan import Decision, NamespacePlan, Plan
+from planner.plan import DecisionLog, NamespacePlan, Plan
 from planner.scenario import DISK
 
 
 def explain(plan: Plan, *, namespace_id: int | None = None) -> list[dict[str, Any]]:
-    """One explanation per namespace (in planning order), or only ``namespace_id``'s."""
-    by_namespace: dict[int, list[Decision]] = {}
-    for decision in plan.decisions:
-        by_namespace.setdefault(decision.namespace_id, []).append(decision)
+    """One explanation per namespace (in planning order), or only ``namespace_id``'s.
+
+    The plan must have been made with ``record_decisions=True`` (the default).
+    """
+    log = plan.log
+    if log is None:
+        raise ValueError("this plan was made without decision records")
+    by_namespace: dict[int, list[int]] = {}
+    for sequence, decision in enumerate(log.decisions):
+        if namespace_id is None or decision.namespace_id == namespace_id:
+            by_namespace.setdefault(decision.namespace_id, []).append(sequence)
     return [
-        _explain_namespace(plan, ns_plan, by_namespace.get(ns_plan.namespace_id, []))
+        _explain_namespace(log, ns_plan, by_namespace.get(ns_plan.namespace_id, []))
         for ns_plan in plan.namespaces_in_order
         if namespace_id is None or ns_plan.namespace_id == namespace_id
     ]
 
 
 def _explain_namespace(
-    plan: Plan, ns_plan: NamespacePlan, decisions: list[Decision]
+    log: DecisionLog, ns_plan: NamespacePlan, sequences: list[int]
 ) -> dict[str, Any]:
-    node_ids = plan.candidate_node_ids
-    explained = [_explain_decision(node_ids, decision) for decision in decisions]
+    node_ids = log.node_ids
+    explained = [_explain_decision(log, sequence) for sequence in sequences]
 
     taken: dict[int, list[dict[str, Any]]] = {}
     passed: dict[int, Counter[str]] = {}
@@ -76,11 +83,9 @@ def _explain_namespace(
     return out
 
 
-def _available_at(decision: Decision, position: int) -> dict[str, int]:
-    return {dim: values[position] for dim, values in decision.available.items()}
-
-
-def _explain_decision(node_ids: tuple[int, ...], decision: Decision) -> dict[str, Any]:
+def _explain_decision(log: DecisionLog, sequence: int) -> dict[str, Any]:
+    decision = log.decisions[sequence]
+    node_ids = log.node_ids
     chosen = decision.node_position
     passed_over: list[dict[str, Any]] = []
     not_best: list[dict[str, Any]] = []
@@ -88,7 +93,7 @@ def _explain_decision(node_ids: tuple[int, ...], decision: Decision) -> dict[str
         for position, node_id in enumerate(node_ids):
             if position == chosen:
                 continue
-            available = _available_at(decision, position)
+            available = log.available(sequence, position)
             reasons = empty_replica_rejections(
                 node_id, available, exhausted=position in decision.exhausted
             )
@@ -104,7 +109,7 @@ def _explain_decision(node_ids: tuple[int, ...], decision: Decision) -> dict[str
             reasons = candidate_rejections(
                 node_ids[position],
                 decision.requested,
-                _available_at(decision, position),
+                log.available(sequence, position),
                 exhausted=position in decision.exhausted,
             )
             passed_over.append(_entry(node_ids[position], reasons))
@@ -116,7 +121,7 @@ def _explain_decision(node_ids: tuple[int, ...], decision: Decision) -> dict[str
         "project_namespace_id": decision.project_namespace_id,
         "requested": dict(decision.requested),
         "node_id": None if chosen is None else node_ids[chosen],
-        "available": None if chosen is None else _available_at(decision, chosen),
+        "available": None if chosen is None else log.available(sequence, chosen),
         "passed_over": passed_over,
     }
     if decision.kind == EMPTY_REPLICA:

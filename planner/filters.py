@@ -1,4 +1,4 @@
-""""Can it go here?": the placement checks, answering with every reason as data.
+"""Can it go here? The placement checks, answering with every reason as data.
 
 Each check returns a list of ``Rejection``s, empty when the node may take
 the request. A rejection names the node, a stable snake_case ``reason``, and

@@ -287,7 +287,9 @@ def _parse_nodes(value: Any, path: str) -> tuple[Node, ...]:
         _known_keys(obj, p, _NODE_KEYS, required=("id", "unclaimed_storage_bytes"))
         node_id = _int(obj["id"], f"{p}.id", minimum=0)
         if node_id in seen:
-            raise ScenarioError(f"{p}.id", f"duplicate node id {node_id} (also {path}[{seen[node_id]}])")
+            raise ScenarioError(
+                f"{p}.id", f"duplicate node id {node_id} (also {path}[{seen[node_id]}])"
+            )
         seen[node_id] = i
         # Unclaimed bytes may be negative: GitLab's reservations can exceed
         # usable storage (reference 4.1).
@@ -338,7 +340,8 @@ def _parse_namespaces(value: Any, path: str) -> tuple[Namespace, ...]:
         if enabled_id in seen_enabled:
             raise ScenarioError(
                 f"{p}.enabled_namespace_id",
-                f"duplicate enabled namespace id {enabled_id} (also {path}[{seen_enabled[enabled_id]}])",
+                f"duplicate enabled namespace id {enabled_id} "
+                f"(also {path}[{seen_enabled[enabled_id]}])",
             )
         seen_enabled[enabled_id] = i
         root_id = _int(obj["namespace_id"], f"{p}.namespace_id", minimum=0)
@@ -370,7 +373,9 @@ def _parse_existing_replicas(value: Any, path: str) -> tuple[ExistingReplica, ..
         _known_keys(obj, p, ("id", "state"), required=("id", "state"))
         replica_id = _int(obj["id"], f"{p}.id", minimum=0)
         if replica_id in seen:
-            raise ScenarioError(f"{p}.id", f"duplicate replica id {replica_id} (also {path}[{seen[replica_id]}])")
+            raise ScenarioError(
+                f"{p}.id", f"duplicate replica id {replica_id} (also {path}[{seen[replica_id]}])"
+            )
         seen[replica_id] = i
         state = obj["state"]
         if not isinstance(state, str) or state not in REPLICA_STATES:
@@ -420,7 +425,8 @@ def _parse_projects(value: Any, path: str) -> tuple[Project, ...]:
         pid = item["project_id"]
         if pid in seen_ids:
             raise ScenarioError(
-                f"{path}[{i}].project_id", f"duplicate project id {pid} (also {path}[{seen_ids[pid]}])"
+                f"{path}[{i}].project_id",
+                f"duplicate project id {pid} (also {path}[{seen_ids[pid]}])",
             )
         seen_ids[pid] = i
     return tuple(projects)

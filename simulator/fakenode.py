@@ -139,7 +139,10 @@ class MemoryModel:
     ``webserver_rss_per_indexed_byte`` × the indexed bytes (Zoekt maps its
     shards), ``shards_loaded`` is the number of repositories held and
     ``mmap_current`` grows by ``mmaps_per_index_file`` per index file. The
-    indexer's RSS grows with the tasks it is running.
+    indexer's RSS grows with the tasks it is running. Both processes report
+    GitLab's ``process_metrics`` keys: ``restarts_1m``, ``restarts_5m`` and
+    ``restarts_15m`` are 0 (a fake process never restarts) and
+    ``uptime_seconds`` is whole seconds since the node started.
     """
 
     webserver_base_rss_bytes: int = 200 * MIB
@@ -438,10 +441,11 @@ class FakeNode:
         used = self.config.disk_base_used_bytes + self.extra_used_bytes + self.indexed_bytes()
         return min(used, self.config.disk_total_bytes)
 
-    def uptime_seconds(self) -> float:
+    def uptime_seconds(self) -> int:
+        """Whole seconds since the node started (GitLab's ``process_metrics`` are integers)."""
         if self._started_at is None:
-            return 0.0
-        return round(time.monotonic() - self._started_at, 3)
+            return 0
+        return max(int(time.monotonic() - self._started_at), 0)
 
     def process_health(self) -> dict:
         model = self.config.memory
@@ -459,7 +463,9 @@ class FakeNode:
                 model.webserver_mmap_base + model.mmaps_per_index_file * files, model.mmap_max
             ),
             "mmap_max": model.mmap_max,
-            "restart_count": 0,
+            "restarts_1m": 0,
+            "restarts_5m": 0,
+            "restarts_15m": 0,
             "uptime_seconds": uptime,
             "shards_loaded": shards,
         }
@@ -470,7 +476,9 @@ class FakeNode:
             + model.indexer_rss_per_running_task_bytes * running,
             "mmap_current": model.indexer_mmap_base,
             "mmap_max": model.mmap_max,
-            "restart_count": 0,
+            "restarts_1m": 0,
+            "restarts_5m": 0,
+            "restarts_15m": 0,
             "uptime_seconds": uptime,
         }
         return {"indexer": indexer, "webserver": webserver}

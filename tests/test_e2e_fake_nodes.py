@@ -130,6 +130,11 @@ def test_two_fake_nodes_register_index_and_delete_as_gitlab_would(make_node, clo
     assert node_a.metadata["version"] == "v1.16.2"
     assert node_a.metadata["concurrency"] == 2
     assert node_a.metadata["process_health"]["webserver"]["shards_loaded"] == 0
+    assert node_a.metadata["process_health"]["indexer"]["restarts_15m"] == 0
+    # The webserver block stamps the column, not the metadata; both 1.16 nodes are searchable.
+    assert node_a.webserver_last_seen_at == node_a.last_seen_at
+    assert "webserver_last_seen_at" not in node_a.metadata
+    assert set(Node.objects.searchable().values_list("id", flat=True)) == {node_a.id, node_b.id}
     assert a.step().heartbeat.reply["truncate"] is False
 
     # Initial indexing of a namespace split over both nodes.
@@ -163,6 +168,7 @@ def test_two_fake_nodes_register_index_and_delete_as_gitlab_would(make_node, clo
     assert node_a.usable_storage_bytes == 100 * GIB - 10 * GIB
     assert node_a.metadata["process_health"]["webserver"]["shards_loaded"] == 3
     assert node_a.metadata["task_count"] == 0
+    assert node_a.webserver_last_seen_at == node_a.last_seen_at
 
     # Orphaned repositories are deleted: the delete callbacks destroy their rows.
     orphans = [layout[node_a.id][0].id, layout[node_b.id][0].id]

@@ -342,13 +342,46 @@ def test_disk_and_process_health_follow_the_repositories_held(make_node, stub):
     webserver = body["process_health"]["webserver"]
     assert webserver["rss_bytes"] == 1000 + 2_000_000
     assert webserver["shards_loaded"] == 2
-    assert webserver["restart_count"] == 0
-    assert webserver["uptime_seconds"] > 0
     assert webserver["mmap_current"] == memory.webserver_mmap_base + 4 * (1 + 2)
     assert webserver["mmap_max"] == memory.mmap_max
     assert webserver["memory_limit_bytes"] == 8000
-    assert body["process_health"]["indexer"]["restart_count"] == 0
+    for process in body["process_health"].values():
+        assert process["restarts_1m"] == process["restarts_5m"] == process["restarts_15m"] == 0
+        assert type(process["uptime_seconds"]) is int and process["uptime_seconds"] >= 0
+        assert "restart_count" not in process
     assert HeartbeatSerializer(data=body).is_valid()
+
+
+GITLAB_PROCESS_METRICS = {
+    "mmap_current",
+    "mmap_max",
+    "restarts_1m",
+    "restarts_5m",
+    "restarts_15m",
+    "rss_bytes",
+    "uptime_seconds",
+}
+
+
+def test_process_health_sends_gitlabs_process_metrics_keys_as_integers(make_node):
+    node = make_node(memory=fakenode.MemoryModel(memory_limit_bytes=8000))
+    health = node.heartbeat_body()["process_health"]
+    assert set(health["indexer"]) == GITLAB_PROCESS_METRICS
+    assert set(health["webserver"]) == GITLAB_PROCESS_METRICS | {
+        "shards_loaded",
+        "memory_limit_bytes",
+    }
+    for process in health.values():
+        assert all(type(value) is int for value in process.values()), process
+
+
+def test_uptime_is_whole_seconds_since_the_node_started(make_node):
+    node = make_node()
+    assert node.uptime_seconds() == 0
+    node._started_at = time.monotonic() - 90.7
+    assert node.uptime_seconds() == 90
+    health = node.heartbeat_body()["process_health"]
+    assert health["indexer"]["uptime_seconds"] == health["webserver"]["uptime_seconds"] == 90
 
 
 def test_disk_used_never_exceeds_disk_all(make_node):

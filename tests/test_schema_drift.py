@@ -233,6 +233,19 @@ def test_fixture_covers_the_six_zoekt_tables_and_the_core_slice():
         assert TABLES[name]["partial"] is True
 
 
+def test_the_one_column_added_after_the_reference_baseline_says_so():
+    """GitLab 19.0 added ``zoekt_nodes.webserver_last_seen_at`` after the reference's baseline."""
+    column = TABLES["zoekt_nodes"]["columns"]["webserver_last_seen_at"]
+    assert {key: column[key] for key in ("type", "nullable", "default")} == {
+        "type": "timestamp with time zone",
+        "nullable": True,
+        "default": None,
+    }
+    assert "GitLab 19.0" in column["note"]
+    assert "after the reference's baseline" in column["note"]
+    assert any("webserver_last_seen_at" in line for line in SCHEMA["_about"])
+
+
 # ----------------------------------------------------------------------------
 # One test per aspect, parametrized by table
 # ----------------------------------------------------------------------------

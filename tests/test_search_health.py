@@ -1,12 +1,13 @@
 """Search health: which nodes a search may go to (GitLab's ProcessHealth and Node.searchable).
 
-The rule is checked as pure functions over node metadata first, at and
-around each threshold, then through ``Node.objects.searchable``.
+The rule is checked as pure functions over a node's metadata and its
+``webserver_last_seen_at`` column first, at and around each threshold, then
+through ``Node.objects.searchable``.
 """
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 from django.core.exceptions import ValidationError
@@ -15,7 +16,7 @@ from django.test.utils import CaptureQueriesContext
 
 from tests.conftest import NOW
 from tests.factories import NodeFactory
-from zoekt import app_settings, clock, search_health
+from zoekt import app_settings, capacity, clock, search_health
 from zoekt.admin import SETTINGS_FIELDS, ApplicationSettingForm
 from zoekt.models import ApplicationSetting, Node
 from zoekt.reasons import Reason
@@ -24,14 +25,33 @@ from zoekt.search_health import (
     parse_version,
     process_health_reasons,
     search_exclusions,
+    webserver_stale,
 )
 
 NEW = "v1.16.2"
 OLD = "v1.15.9"
+DEFAULT_MAX_RESTARTS = 1
 
 
-def seen_ago(seconds: float) -> str:
-    return (NOW - timedelta(seconds=seconds)).isoformat()
+def seen_ago(seconds: float) -> datetime:
+    return NOW - timedelta(seconds=seconds)
+
+
+FRESH = seen_ago(5)
+
+
+def metrics(**changes) -> dict:
+    """One process's GitLab ``process_metrics`` block, healthy unless told otherwise."""
+    return {
+        "mmap_current": 10,
+        "mmap_max": 1000,
+        "restarts_1m": 0,
+        "restarts_5m": 0,
+        "restarts_15m": 0,
+        "rss_bytes": 1024,
+        "uptime_seconds": 3600,
+        **changes,
+    }
 
 
 def metadata(
@@ -39,7 +59,6 @@ def metadata(
     version: str | None = NEW,
     indexer: dict | None = None,
     webserver: dict | None = None,
-    webserver_seen_seconds_ago: float | None = 5,
     **extra,
 ) -> dict:
     """Node metadata as a heartbeat leaves it; healthy unless told otherwise."""
@@ -47,47 +66,69 @@ def metadata(
     if version is not None:
         value["version"] = version
     value["process_health"] = {
-        "indexer": {"restart_count": 0, "mmap_current": 10, "mmap_max": 1000, **(indexer or {})},
-        "webserver": {
-            "restart_count": 0,
-            "mmap_current": 10,
-            "mmap_max": 1000,
-            **(webserver or {}),
-        },
+        "indexer": metrics(**(indexer or {})),
+        "webserver": {**metrics(**(webserver or {})), "shards_loaded": 3},
     }
-    if webserver_seen_seconds_ago is not None:
-        value["webserver_last_seen_at"] = seen_ago(webserver_seen_seconds_ago)
     return value
 
 
-def reasons(value: dict, max_restarts: int = 5) -> list[Reason]:
-    return process_health_reasons(value, now=NOW, max_restarts=max_restarts)
+def reasons(
+    value: dict | None,
+    seen: datetime | None = FRESH,
+    max_restarts: int = DEFAULT_MAX_RESTARTS,
+) -> list[Reason]:
+    return process_health_reasons(value, seen, now=NOW, max_restarts=max_restarts)
 
 
 # --- restarts -------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
-    ("process", "restart_count", "max_restarts", "excluded"),
+    ("process", "restarts_15m", "max_restarts", "excluded"),
     [
-        pytest.param("indexer", 5, 5, False, id="indexer-at-the-setting-stays"),
-        pytest.param("indexer", 6, 5, True, id="indexer-one-above-the-setting-leaves"),
-        pytest.param("webserver", 5, 5, False, id="webserver-at-the-setting-stays"),
-        pytest.param("webserver", 6, 5, True, id="webserver-one-above-the-setting-leaves"),
+        pytest.param("indexer", 1, 1, False, id="indexer-at-the-default-setting-stays"),
+        pytest.param("indexer", 2, 1, True, id="indexer-one-above-the-default-setting-leaves"),
+        pytest.param("webserver", 1, 1, False, id="webserver-at-the-default-setting-stays"),
+        pytest.param("webserver", 2, 1, True, id="webserver-one-above-the-default-leaves"),
+        pytest.param("indexer", 5, 5, False, id="indexer-at-setting-5-stays"),
+        pytest.param("indexer", 6, 5, True, id="indexer-at-setting-5-plus-1-leaves"),
         pytest.param("webserver", 0, 0, False, id="setting-0-no-restart-stays"),
-        pytest.param("indexer", 1, 0, True, id="setting-0-one-restart-leaves"),
+        pytest.param("indexer", 1, 0, True, id="setting-0-indexer-one-restart-leaves"),
+        pytest.param("webserver", 1, 0, True, id="setting-0-webserver-one-restart-leaves"),
         pytest.param("indexer", 10, 10, False, id="raised-setting-10-at-10-stays"),
+        pytest.param("indexer", 11, 10, True, id="raised-setting-10-at-11-leaves"),
     ],
 )
-def test_restarts_above_the_setting_exclude_a_node(process, restart_count, max_restarts, excluded):
-    value = metadata(**{process: {"restart_count": restart_count}})
+def test_restarts_15m_above_the_setting_exclude_a_node(
+    process, restarts_15m, max_restarts, excluded
+):
+    value = metadata(**{process: {"restarts_15m": restarts_15m}})
     expected = [Reason.PROCESS_RESTARTS_EXCEEDED] if excluded else []
-    assert reasons(value, max_restarts) == expected
+    assert reasons(value, max_restarts=max_restarts) == expected
 
 
 def test_one_process_over_the_limit_is_enough_whatever_the_other_reports():
-    value = metadata(indexer={"restart_count": 0}, webserver={"restart_count": 99})
+    value = metadata(indexer={"restarts_15m": 0}, webserver={"restarts_15m": 99})
     assert reasons(value) == [Reason.PROCESS_RESTARTS_EXCEEDED]
+    value = metadata(indexer={"restarts_15m": 99}, webserver={"restarts_15m": 0})
+    assert reasons(value) == [Reason.PROCESS_RESTARTS_EXCEEDED]
+
+
+def test_only_the_15_minute_window_counts():
+    value = metadata(
+        indexer={"restarts_1m": 50, "restarts_5m": 50},
+        webserver={"restarts_1m": 50, "restarts_5m": 50},
+    )
+    assert reasons(value, max_restarts=0) == []
+
+
+def test_the_old_restart_count_key_is_no_signal():
+    """``restart_count`` is not a GitLab key: a stored one is ignored, never read as restarts."""
+    value = metadata()
+    for process in ("indexer", "webserver"):
+        del value["process_health"][process]["restarts_15m"]
+        value["process_health"][process]["restart_count"] = 99
+    assert reasons(value, max_restarts=0) == []
 
 
 # --- mmap ---------------------------------------------------------------------------------------
@@ -96,13 +137,15 @@ def test_one_process_over_the_limit_is_enough_whatever_the_other_reports():
 @pytest.mark.parametrize(
     ("process", "current", "maximum", "excluded"),
     [
+        pytest.param("webserver", 950, 1000, True, id="950-of-1000-leaves"),
+        pytest.param("webserver", 949, 1000, False, id="949-of-1000-stays"),
         pytest.param("webserver", 95, 100, True, id="exactly-0.95-leaves"),
         pytest.param("webserver", 9499, 10_000, False, id="0.9499-stays"),
         pytest.param("webserver", 249_037, 262_144, True, id="0.95-of-linux-default-rounded-up"),
         pytest.param("webserver", 249_036, 262_144, False, id="just-under-0.95-of-linux-default"),
         pytest.param("webserver", 262_144, 262_144, True, id="at-the-maximum-leaves"),
-        pytest.param("indexer", 95, 100, True, id="indexer-at-0.95-leaves"),
-        pytest.param("indexer", 94, 100, False, id="indexer-at-0.94-stays"),
+        pytest.param("indexer", 950, 1000, True, id="indexer-950-of-1000-leaves"),
+        pytest.param("indexer", 949, 1000, False, id="indexer-949-of-1000-stays"),
         pytest.param("webserver", 500, 0, False, id="max-0-is-no-signal"),
     ],
 )
@@ -118,50 +161,43 @@ def test_mmap_without_a_maximum_is_no_signal():
     assert reasons(value) == []
 
 
-# --- webserver heartbeat --------------------------------------------------------------------------
+# --- the webserver's last report ----------------------------------------------------------------
 
 
-def test_the_stale_threshold_is_twice_the_online_threshold():
-    assert search_health.WEBSERVER_STALE_SECONDS == 60
+def test_the_stale_threshold_is_the_30_second_online_threshold():
+    assert search_health.WEBSERVER_STALE_SECONDS == 30
+    assert search_health.WEBSERVER_STALE_SECONDS == capacity.ONLINE_DURATION_THRESHOLD_SECONDS
 
 
 @pytest.mark.parametrize(
     ("seconds_ago", "stale"),
     [
         pytest.param(0, False, id="just-now"),
-        pytest.param(59, False, id="59s-fresh"),
-        pytest.param(59.999, False, id="just-under-60s-fresh"),
-        pytest.param(60, True, id="exactly-60s-stale"),
-        pytest.param(61, True, id="61s-stale"),
+        pytest.param(29, False, id="29s-fresh"),
+        pytest.param(30, False, id="exactly-30s-fresh"),
+        pytest.param(30.001, True, id="just-over-30s-stale"),
+        pytest.param(31, True, id="31s-stale"),
         pytest.param(3600, True, id="an-hour-stale"),
         pytest.param(-30, False, id="in-the-future-fresh"),
     ],
 )
-def test_a_webserver_unseen_for_60_seconds_is_stale(seconds_ago, stale):
-    value = metadata(webserver_seen_seconds_ago=seconds_ago)
-    assert reasons(value) == ([Reason.WEBSERVER_STALE] if stale else [])
+def test_a_webserver_unseen_for_more_than_30_seconds_is_stale(seconds_ago, stale):
+    seen = seen_ago(seconds_ago)
+    assert webserver_stale(seen, NOW) is stale
+    assert reasons(metadata(), seen) == ([Reason.WEBSERVER_STALE] if stale else [])
 
 
-@pytest.mark.parametrize(
-    "seen",
-    [
-        pytest.param(None, id="never-stamped"),
-        pytest.param("yesterday", id="unparsable"),
-        pytest.param("2026-03-01T11:00:00", id="without-a-timezone"),
-        pytest.param(12345, id="not-a-string"),
-    ],
-)
-def test_a_webserver_time_that_is_missing_or_unreadable_is_no_signal(seen):
-    value = metadata(webserver_seen_seconds_ago=None)
-    if seen is not None:
-        value["webserver_last_seen_at"] = seen
-    assert reasons(value) == []
+def test_a_webserver_never_seen_is_stale():
+    assert webserver_stale(None, NOW) is True
+    assert reasons(metadata(), None) == [Reason.WEBSERVER_STALE]
 
 
-def test_a_utc_time_written_with_z_is_read():
-    value = metadata(webserver_seen_seconds_ago=None)
-    value["webserver_last_seen_at"] = "2026-03-01T11:58:59Z"  # 61 s before NOW
-    assert reasons(value) == [Reason.WEBSERVER_STALE]
+def test_a_webserver_time_left_in_the_metadata_is_not_read():
+    """The column is the webserver's last report; an old metadata key is ignored."""
+    value = metadata(webserver_last_seen_at=NOW.isoformat())
+    assert reasons(value, None) == [Reason.WEBSERVER_STALE]
+    value = metadata(webserver_last_seen_at=seen_ago(3600).isoformat())
+    assert reasons(value, FRESH) == []
 
 
 # --- all together -----------------------------------------------------------------------------
@@ -177,33 +213,45 @@ def test_a_healthy_node_has_no_reasons():
         pytest.param({}, id="empty-metadata"),
         pytest.param({"version": NEW}, id="no-process-health"),
         pytest.param({"process_health": None}, id="process-health-null"),
+        pytest.param({"process_health": {}}, id="process-health-empty"),
+        pytest.param({"process_health": {"indexer": metrics()}}, id="no-webserver-block"),
+        pytest.param({"process_health": {"webserver": metrics()}}, id="no-indexer-block"),
         pytest.param({"process_health": {"indexer": {}, "webserver": {}}}, id="no-counters"),
         pytest.param(
-            {"process_health": {"webserver": {"restart_count": True, "mmap_current": "a"}}},
+            {
+                "process_health": {
+                    "webserver": {"restarts_15m": True, "mmap_current": "a", "mmap_max": 10}
+                }
+            },
             id="counters-of-the-wrong-type",
+        ),
+        pytest.param(
+            {"process_health": {"indexer": {"restarts_15m": -5, "mmap_current": -1}}},
+            id="negative-counters",
         ),
         pytest.param(None, id="metadata-none"),
     ],
 )
-def test_missing_health_data_excludes_nobody(value):
-    assert reasons(value) == []
+def test_missing_process_metrics_give_no_restart_or_mmap_signal(value):
+    assert reasons(value, FRESH, max_restarts=0) == []
+    # The webserver's staleness is the column's, whatever the metadata holds.
+    assert reasons(value, None, max_restarts=0) == [Reason.WEBSERVER_STALE]
 
 
 def test_every_reason_is_listed_in_a_fixed_order():
     value = metadata(
-        indexer={"restart_count": 6},
+        indexer={"restarts_15m": 2},
         webserver={"mmap_current": 100, "mmap_max": 100},
-        webserver_seen_seconds_ago=61,
     )
-    assert reasons(value) == [
+    assert reasons(value, seen_ago(31)) == [
+        Reason.WEBSERVER_STALE,
         Reason.PROCESS_RESTARTS_EXCEEDED,
         Reason.MMAP_NEAR_LIMIT,
-        Reason.WEBSERVER_STALE,
     ]
-    assert [str(r) for r in reasons(value)] == [
+    assert [str(r) for r in reasons(value, seen_ago(31))] == [
+        "webserver_stale",
         "process_restarts_exceeded",
         "mmap_near_limit",
-        "webserver_stale",
     ]
 
 
@@ -249,13 +297,20 @@ def test_the_gate_needs_every_online_node_at_1_16_0_or_later(versions, met):
 
 
 def test_with_the_gate_not_met_nobody_is_excluded():
-    sick = metadata(webserver={"restart_count": 50}, webserver_seen_seconds_ago=600)
-    fleet = {1: sick, 2: metadata(version="1.15.9")}
-    assert search_exclusions(fleet, now=NOW, max_restarts=5) == {}
-    del fleet[2]
-    assert search_exclusions(fleet, now=NOW, max_restarts=5) == {
-        1: [Reason.PROCESS_RESTARTS_EXCEEDED, Reason.WEBSERVER_STALE]
+    sick = (metadata(webserver={"restarts_15m": 50}), seen_ago(600))
+    never_seen = (metadata(), None)
+    fleet = {1: sick, 2: never_seen, 3: (metadata(version="1.15.9"), FRESH)}
+    assert search_exclusions(fleet, now=NOW, max_restarts=1) == {}
+    del fleet[3]
+    assert search_exclusions(fleet, now=NOW, max_restarts=1) == {
+        1: [Reason.WEBSERVER_STALE, Reason.PROCESS_RESTARTS_EXCEEDED],
+        2: [Reason.WEBSERVER_STALE],
     }
+
+
+def test_the_gate_reads_the_version_from_the_metadata_of_every_node():
+    fleet = {1: (metadata(webserver={"restarts_15m": 2}), FRESH), 2: (None, FRESH)}
+    assert search_exclusions(fleet, now=NOW, max_restarts=1) == {}
 
 
 # --- Node.objects.searchable ------------------------------------------------------------------
@@ -271,62 +326,101 @@ def set_max_restarts(value: int) -> None:
     row.save()
 
 
-def offline_node(**kwargs) -> Node:
-    return NodeFactory(last_seen_at=NOW - timedelta(seconds=31), **kwargs)
+def search_node(value: dict | None = None, *, seen: datetime | None = FRESH, **kwargs) -> Node:
+    """An online node with ``value`` as its metadata and its webserver last seen at ``seen``."""
+    return NodeFactory(
+        metadata=metadata() if value is None else value, webserver_last_seen_at=seen, **kwargs
+    )
+
+
+def offline_node(value: dict | None = None, **kwargs) -> Node:
+    return search_node(value, last_seen_at=NOW - timedelta(seconds=31), **kwargs)
 
 
 @pytest.mark.django_db
 def test_searchable_is_online_search_nodes_that_are_healthy(now):
-    healthy = NodeFactory(metadata=metadata())
-    offline = offline_node(metadata=metadata())
-    not_for_search = NodeFactory(metadata=metadata(), services=[7])
-    restarting = NodeFactory(metadata=metadata(webserver={"restart_count": 6}))
-    mmapped = NodeFactory(metadata=metadata(indexer={"mmap_current": 95, "mmap_max": 100}))
-    stale = NodeFactory(metadata=metadata(webserver_seen_seconds_ago=61))
+    healthy = search_node()
+    offline = offline_node()
+    not_for_search = search_node(services=[7])
+    restarting = search_node(metadata(webserver={"restarts_15m": 2}))
+    mmapped = search_node(metadata(indexer={"mmap_current": 950, "mmap_max": 1000}))
+    stale = search_node(seen=seen_ago(31))
+    never_seen = search_node(seen=None)
 
     assert searchable_ids() == {healthy.id}
-    assert {offline.id, not_for_search.id, restarting.id, mmapped.id, stale.id}.isdisjoint(
-        searchable_ids()
-    )
+    assert {
+        offline.id,
+        not_for_search.id,
+        restarting.id,
+        mmapped.id,
+        stale.id,
+        never_seen.id,
+    }.isdisjoint(searchable_ids())
 
 
 @pytest.mark.django_db
 def test_searchable_excludes_nothing_at_the_thresholds(now):
-    at_restarts = NodeFactory(metadata=metadata(indexer={"restart_count": 5}))
-    under_mmap = NodeFactory(
-        metadata=metadata(webserver={"mmap_current": 9499, "mmap_max": 10_000})
-    )
-    fresh = NodeFactory(metadata=metadata(webserver_seen_seconds_ago=59))
-    assert searchable_ids() == {at_restarts.id, under_mmap.id, fresh.id}
+    at_restarts = search_node(metadata(indexer={"restarts_15m": 1}))
+    under_mmap = search_node(metadata(webserver={"mmap_current": 949, "mmap_max": 1000}))
+    fresh = search_node(seen=seen_ago(29))
+    exactly_30 = search_node(seen=seen_ago(30))
+    assert searchable_ids() == {at_restarts.id, under_mmap.id, fresh.id, exactly_30.id}
+
+
+@pytest.mark.django_db
+def test_searchable_excludes_just_past_the_thresholds(now):
+    keep = search_node()
+    search_node(metadata(indexer={"restarts_15m": 2}))
+    search_node(metadata(webserver={"mmap_current": 950, "mmap_max": 1000}))
+    search_node(seen=seen_ago(31))
+    assert searchable_ids() == {keep.id}
+
+
+@pytest.mark.django_db
+def test_a_node_without_a_webserver_time_leaves_search_once_the_gate_is_met(now):
+    healthy = search_node()
+    never_seen = search_node(seen=None)
+    assert searchable_ids() == {healthy.id}
+
+    old = search_node(metadata(version=OLD), seen=None)
+    assert searchable_ids() == {healthy.id, never_seen.id, old.id}
+
+
+@pytest.mark.django_db
+def test_searchable_reads_the_column_not_a_metadata_key(now):
+    node = search_node(metadata(webserver_last_seen_at=NOW.isoformat()), seen=None)
+    assert searchable_ids() == set()
+    Node.objects.filter(pk=node.pk).update(webserver_last_seen_at=FRESH)
+    assert searchable_ids() == {node.id}
 
 
 @pytest.mark.django_db
 def test_one_online_node_at_1_15_9_keeps_every_node_searchable(now):
-    sick = NodeFactory(metadata=metadata(webserver={"restart_count": 60}))
-    old = NodeFactory(metadata=metadata(version=OLD))
+    sick = search_node(metadata(webserver={"restarts_15m": 60}), seen=seen_ago(600))
+    old = search_node(metadata(version=OLD))
     assert searchable_ids() == {sick.id, old.id}
 
 
 @pytest.mark.django_db
 def test_an_offline_old_node_does_not_block_the_gate(now):
-    sick = NodeFactory(metadata=metadata(webserver={"restart_count": 60}))
-    healthy = NodeFactory(metadata=metadata())
-    offline_node(metadata=metadata(version=OLD))
+    sick = search_node(metadata(webserver={"restarts_15m": 60}))
+    healthy = search_node()
+    offline_node(metadata(version=OLD))
     assert searchable_ids() == {healthy.id}
     assert sick.id not in searchable_ids()
 
 
 @pytest.mark.django_db
 def test_an_online_node_without_a_version_means_the_gate_is_not_met(now):
-    sick = NodeFactory(metadata=metadata(webserver_seen_seconds_ago=600))
-    unversioned = NodeFactory(metadata=metadata(version=None))
+    sick = search_node(seen=seen_ago(600))
+    unversioned = search_node(metadata(version=None))
     assert searchable_ids() == {sick.id, unversioned.id}
 
 
 @pytest.mark.django_db
 def test_the_gate_counts_online_nodes_outside_the_filtered_queryset(now):
-    sick = NodeFactory(metadata=metadata(webserver={"restart_count": 60}))
-    NodeFactory(metadata=metadata(version=OLD))
+    sick = search_node(metadata(webserver={"restarts_15m": 60}))
+    search_node(metadata(version=OLD))
     assert list(Node.objects.filter(pk=sick.pk).searchable().values_list("id", flat=True)) == [
         sick.id
     ]
@@ -334,7 +428,7 @@ def test_the_gate_counts_online_nodes_outside_the_filtered_queryset(now):
 
 @pytest.mark.django_db
 def test_searchable_follows_the_max_restarts_setting(now):
-    node = NodeFactory(metadata=metadata(webserver={"restart_count": 8}))
+    node = search_node(metadata(webserver={"restarts_15m": 8}))
     assert searchable_ids() == set()
     set_max_restarts(8)
     assert searchable_ids() == {node.id}
@@ -343,19 +437,31 @@ def test_searchable_follows_the_max_restarts_setting(now):
 
 
 @pytest.mark.django_db
+def test_a_max_restarts_of_0_excludes_a_node_with_one_restart(now):
+    calm = search_node()
+    once = search_node(metadata(indexer={"restarts_15m": 1}))
+    assert searchable_ids() == {calm.id, once.id}
+    set_max_restarts(0)
+    assert searchable_ids() == {calm.id}
+
+
+@pytest.mark.django_db
 def test_searchable_moves_with_the_clock(now):
-    node = NodeFactory(metadata=metadata(webserver_seen_seconds_ago=50))
+    node = search_node(seen=seen_ago(25))
     assert searchable_ids() == {node.id}
-    clock.advance(10)  # the webserver is now 60 s old; the node was seen 10 s ago
+    clock.advance(5)  # the webserver reported exactly 30 s ago: not stale yet
+    assert searchable_ids() == {node.id}
+    clock.advance(1)  # 31 s; the node itself was seen 6 s ago and is online
     assert searchable_ids() == set()
+    assert Node.objects.online().filter(pk=node.pk).exists()
     assert Node.objects.searchable(NOW).filter(pk=node.pk).exists()
 
 
 def make_fleet(count: int) -> None:
     """Every third node sick, so the exclusion list grows with the fleet."""
     for i in range(count):
-        sick = {"webserver": {"restart_count": 9}} if i % 3 == 0 else {}
-        NodeFactory(metadata=metadata(**sick))
+        sick = {"webserver": {"restarts_15m": 9}} if i % 3 == 0 else {}
+        search_node(metadata(**sick))
 
 
 def count_queries() -> tuple[int, int]:
@@ -379,9 +485,16 @@ def test_searchable_costs_the_same_queries_for_3_and_30_nodes(now):
 
 
 @pytest.mark.django_db
-def test_max_restarts_defaults_to_5():
-    assert app_settings.current().max_restarts_15m == 5
-    assert app_settings.load_row().zoekt_max_restarts_15m == 5
+def test_max_restarts_defaults_to_1():
+    assert app_settings.DEFAULTS.max_restarts_15m == 1
+    assert app_settings.current().max_restarts_15m == 1
+    assert app_settings.load_row().zoekt_max_restarts_15m == 1
+
+
+@pytest.mark.django_db
+def test_the_old_setting_name_is_gone():
+    assert not hasattr(app_settings.load_row(), "zoekt_search_max_restarts")
+    assert not hasattr(app_settings.current(), "search_max_restarts")
 
 
 @pytest.mark.django_db
@@ -406,7 +519,7 @@ def test_a_negative_max_restarts_is_refused_naming_the_field():
     form = ApplicationSettingForm(data=form_data, instance=app_settings.load_row())
     assert not form.is_valid()
     assert list(form.errors) == ["zoekt_max_restarts_15m"]
-    assert app_settings.load_row().zoekt_max_restarts_15m == 5
+    assert app_settings.load_row().zoekt_max_restarts_15m == 1
 
 
 @pytest.mark.django_db
@@ -414,4 +527,4 @@ def test_the_database_refuses_a_negative_max_restarts():
     app_settings.load_row()
     with pytest.raises(IntegrityError), transaction.atomic():
         ApplicationSetting.objects.filter(pk=1).update(zoekt_max_restarts_15m=-1)
-    assert app_settings.load_row().zoekt_max_restarts_15m == 5
+    assert app_settings.load_row().zoekt_max_restarts_15m == 1

@@ -46,6 +46,36 @@ def heartbeat_body(extra: dict | None = None, *, without: tuple[str, ...] = ()) 
     return body
 
 
+# GitLab's ``process_metrics`` keys, for the indexer and the webserver alike (all integers);
+# the webserver adds ``shards_loaded`` and this project's ``memory_limit_bytes``.
+PROCESS_METRICS_KEYS = frozenset(
+    {
+        "mmap_current",
+        "mmap_max",
+        "restarts_1m",
+        "restarts_5m",
+        "restarts_15m",
+        "rss_bytes",
+        "uptime_seconds",
+    }
+)
+WEBSERVER_ONLY_KEYS = frozenset({"shards_loaded", "memory_limit_bytes"})
+
+
+def process_metrics(**changes) -> dict:
+    """A healthy process's ``process_metrics`` block, every GitLab key, with ``changes``."""
+    return {
+        "mmap_current": 10,
+        "mmap_max": 1000,
+        "restarts_1m": 0,
+        "restarts_5m": 0,
+        "restarts_15m": 0,
+        "rss_bytes": 1024,
+        "uptime_seconds": 60,
+        **changes,
+    }
+
+
 def form_encoded(body: dict) -> str:
     """A form body: nested objects become JSON strings, lists repeat their key."""
     flat = {

@@ -26,6 +26,7 @@ from tests.api.helpers import (
     heartbeat_url,
     make_repository,
     make_task,
+    process_metrics,
 )
 from zoekt import clock
 from zoekt.models import Task
@@ -156,6 +157,47 @@ CASES = [
         ),
         id="uptime_seconds-text",
     ),
+    pytest.param(
+        Case(
+            "heartbeat",
+            ("process_health.indexer.uptime_seconds",),
+            hb(health(indexer={"uptime_seconds": 86400.5})),
+        ),
+        id="indexer-uptime_seconds-float",
+    ),
+    pytest.param(
+        Case(
+            "heartbeat",
+            ("process_health.webserver.uptime_seconds",),
+            hb(health(webserver={"uptime_seconds": 3600.25})),
+        ),
+        id="webserver-uptime_seconds-float",
+    ),
+    pytest.param(
+        Case(
+            "heartbeat",
+            ("process_health.indexer.uptime_seconds",),
+            hb(health(indexer={"uptime_seconds": 0.5})),
+            form=True,
+        ),
+        id="form-uptime_seconds-float",
+    ),
+    pytest.param(
+        Case(
+            "heartbeat",
+            ("process_health.webserver.restarts_15m",),
+            hb(health(webserver={"restarts_15m": 1.5})),
+        ),
+        id="restarts_15m-float",
+    ),
+    pytest.param(
+        Case(
+            "heartbeat",
+            ("process_health.indexer.restarts_15m",),
+            hb(health(indexer={"restarts_15m": True})),
+        ),
+        id="restarts_15m-boolean",
+    ),
     # --- heartbeat: negative and oversized numbers --------------------------------------------
     pytest.param(Case("heartbeat", ("disk.all",), hb({"disk.all": -1})), id="disk.all-negative"),
     pytest.param(Case("heartbeat", ("disk.used",), hb({"disk.used": -1})), id="disk.used-negative"),
@@ -170,6 +212,23 @@ CASES = [
         ),
         id="rss_bytes-negative",
     ),
+    pytest.param(
+        Case(
+            "heartbeat",
+            ("process_health.webserver.restarts_15m",),
+            hb(health(webserver={"restarts_15m": -1})),
+        ),
+        id="restarts_15m-negative",
+    ),
+    pytest.param(
+        Case(
+            "heartbeat",
+            ("process_health.indexer.restarts_1m",),
+            hb(health(indexer={"restarts_1m": 2**31})),
+        ),
+        id="restarts_1m-over-integer",
+    ),
+    pytest.param(Case("heartbeat", ("disk.free",), hb({"disk.free": -1})), id="disk.free-negative"),
     pytest.param(
         Case("heartbeat", ("disk.all", "disk.used"), hb({"disk.all": BIG, "disk.used": BIG})),
         id="disk-over-bigint",
@@ -229,6 +288,39 @@ CASES = [
             hb(health(indexer={"shards_loaded": 1})),
         ),
         id="webserver-only-key-in-process_health.indexer",
+    ),
+    pytest.param(
+        Case(
+            "heartbeat",
+            ("process_health.indexer.restart_count",),
+            hb(health(indexer={"restart_count": 0})),
+        ),
+        id="old-restart_count-key-in-process_health.indexer",
+    ),
+    pytest.param(
+        Case(
+            "heartbeat",
+            ("process_health.webserver.restart_count",),
+            hb(health(webserver={"restarts_15m": 0, "restart_count": 0})),
+        ),
+        id="old-restart_count-key-in-process_health.webserver",
+    ),
+    pytest.param(
+        Case(
+            "heartbeat",
+            ("process_health.indexer.restart_count",),
+            hb(health(indexer={"restart_count": 0})),
+            form=True,
+        ),
+        id="form-old-restart_count-key",
+    ),
+    pytest.param(
+        Case("heartbeat", ("node.services",), hb({"node.services": ["ZOEKT"]})),
+        id="node.services-upper-case-ZOEKT-only",
+    ),
+    pytest.param(
+        Case("heartbeat", ("node.services",), hb({"node.services": ["ZOEKT"]}), form=True),
+        id="form-node.services-upper-case-ZOEKT-only",
     ),
     pytest.param(
         Case("heartbeat", ("process_health.gpu",), hb(health(gpu={})), form=True),
@@ -418,4 +510,13 @@ def test_the_valid_requests_the_matrix_starts_from_are_accepted(node_api, fleet)
     node, task = fleet
 
     assert node_api.post(heartbeat_url(node.uuid), hb()(task.id)).status_code == 200
+    full = hb(
+        {
+            "disk.free": 90,
+            "node.services": ["zoekt", "ZOEKT"],
+            **health(indexer=process_metrics(), webserver=process_metrics(shards_loaded=1)),
+        }
+    )(task.id)
+    assert node_api.post(heartbeat_url(node.uuid), full).status_code == 200
+    assert node_api.post(heartbeat_url(node.uuid), full, form=True).status_code == 200
     assert node_api.post(callback_url(node.uuid), cb()(task.id)).status_code == 202

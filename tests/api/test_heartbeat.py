@@ -8,15 +8,21 @@ and ``stop_indexing``.
 
 from __future__ import annotations
 
+import importlib.util
 import uuid
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
+from api.serializers import HeartbeatSerializer
+from api.views import HEARTBEAT_EXAMPLE
 from tests.api.helpers import (
     ERROR_KEYS,
     GIB,
     HEARTBEAT_REPLY_KEYS,
+    PROCESS_METRICS_KEYS,
+    WEBSERVER_ONLY_KEYS,
     heartbeat_body,
     make_index_task,
     set_app_setting,
@@ -43,12 +49,22 @@ FULL_BODY = {
     "disk.used": 30 * GIB,
     "disk.indexed": 20 * GIB,
     "process_health": {
-        "indexer": {"rss_bytes": 512, "restart_count": 0, "uptime_seconds": 86400.5},
+        "indexer": {
+            "mmap_current": 300,
+            "mmap_max": 262144,
+            "restarts_1m": 0,
+            "restarts_5m": 0,
+            "restarts_15m": 0,
+            "rss_bytes": 512,
+            "uptime_seconds": 86400,
+        },
         "webserver": {
-            "rss_bytes": 8192,
             "mmap_current": 12000,
             "mmap_max": 262144,
-            "restart_count": 1,
+            "restarts_1m": 0,
+            "restarts_5m": 1,
+            "restarts_15m": 1,
+            "rss_bytes": 8192,
             "uptime_seconds": 3600,
             "shards_loaded": 420,
             "memory_limit_bytes": 16 * GIB,
@@ -97,6 +113,7 @@ def test_the_first_heartbeat_registers_the_node_and_asks_it_to_truncate(node_api
     assert node.schema_version == 0
     assert node.services == [Node.Service.ZOEKT]
     assert node.metadata == {"name": "zoekt-0"}
+    assert node.webserver_last_seen_at is None
     assert node.last_seen_at == now
     assert node.created_at == now
     assert node.updated_at == now
@@ -143,8 +160,8 @@ def test_json_and_form_encoded_heartbeats_are_stored_alike(node_api, now, form):
         "concurrency": 8,
         "task_count": 2,
         "process_health": FULL_BODY["process_health"],
-        "webserver_last_seen_at": now.isoformat(),
     }
+    assert node.webserver_last_seen_at == now
 
 
 @pytest.mark.parametrize("missing", ["node.url", "node.name", "disk.all", "disk.used"])
@@ -194,32 +211,108 @@ def test_metadata_keys_are_merged_and_an_operator_override_survives(node_api, no
     }
 
 
-def test_process_health_is_stored_and_the_webserver_stamp_is_set_only_with_a_webserver_block(
-    node_api, now
-):
+def test_process_health_is_stored_whole_with_integer_counters(node_api, now):
+    beat(node_api, {"process_health": FULL_BODY["process_health"]})
+
+    stored = stored_node().metadata["process_health"]
+    assert stored == FULL_BODY["process_health"]
+    for process in stored.values():
+        assert all(type(value) is int for value in process.values()), process
+
+
+def test_a_heartbeat_with_a_webserver_block_stamps_webserver_last_seen_at(node_api, now):
+    beat(node_api, {"process_health": {"webserver": {"shards_loaded": 3}}})
+    assert stored_node().webserver_last_seen_at == now
+
+    later = clock.advance(5)
+    beat(node_api, {"process_health": {"webserver": {"restarts_15m": 0}}})
+
+    node = stored_node()
+    assert node.webserver_last_seen_at == later
+    assert "webserver_last_seen_at" not in node.metadata
+
+
+def test_a_heartbeat_without_a_webserver_block_keeps_webserver_last_seen_at(node_api, now):
     indexer_only = {"indexer": {"rss_bytes": 100, "uptime_seconds": 5}}
     beat(node_api, {"process_health": indexer_only})
     assert stored_node().metadata["process_health"] == indexer_only
-    assert "webserver_last_seen_at" not in stored_node().metadata
+    assert stored_node().webserver_last_seen_at is None
 
     seen_at = clock.advance(5)
     beat(node_api, {"process_health": {"webserver": {"shards_loaded": 3}}})
-    assert stored_node().metadata["webserver_last_seen_at"] == seen_at.isoformat()
+    assert stored_node().webserver_last_seen_at == seen_at
 
     clock.advance(5)
     beat(node_api, {"process_health": indexer_only})
-    metadata = stored_node().metadata
-    assert metadata["process_health"] == indexer_only
-    assert metadata["webserver_last_seen_at"] == seen_at.isoformat()
+    node = stored_node()
+    assert node.metadata["process_health"] == indexer_only
+    assert node.webserver_last_seen_at == seen_at
+    assert node.last_seen_at == seen_at + timedelta(seconds=5)
+
+    clock.advance(5)
+    beat(node_api)
+    node = stored_node()
+    assert node.webserver_last_seen_at == seen_at
+    assert node.last_seen_at == seen_at + timedelta(seconds=10)
+    assert "webserver_last_seen_at" not in node.metadata
+
+
+def test_a_debounced_heartbeat_does_not_stamp_webserver_last_seen_at(node_api, now):
+    beat(node_api, {"process_health": {"indexer": {"restarts_15m": 0}}})
+    clock.advance(4.999)
+
+    beat(node_api, {"process_health": {"webserver": {"shards_loaded": 3}}})
+
+    node = stored_node()
+    assert node.webserver_last_seen_at is None
+    assert node.metadata["process_health"] == {"indexer": {"restarts_15m": 0}}
+
+    seen_at = clock.advance(0.001)
+    beat(node_api, {"process_health": {"webserver": {"shards_loaded": 3}}})
+    assert stored_node().webserver_last_seen_at == seen_at
+
+    clock.advance(1)
+    beat(node_api, {"process_health": {"webserver": {"shards_loaded": 4}}})
+    node = stored_node()
+    assert node.webserver_last_seen_at == seen_at
+    assert node.metadata["process_health"] == {"webserver": {"shards_loaded": 3}}
 
 
 def test_a_heartbeat_without_process_health_keeps_the_stored_one(node_api, now):
-    beat(node_api, {"process_health": {"indexer": {"restart_count": 2}}})
+    beat(node_api, {"process_health": {"indexer": {"restarts_15m": 2}}})
     clock.advance(5)
 
     beat(node_api)
 
-    assert stored_node().metadata["process_health"] == {"indexer": {"restart_count": 2}}
+    assert stored_node().metadata["process_health"] == {"indexer": {"restarts_15m": 2}}
+
+
+@pytest.mark.parametrize("form", [False, True], ids=["json", "form"])
+def test_disk_free_is_accepted_and_ignored(node_api, now, form):
+    """Older GitLab required ``disk.free``, so older indexers still send it."""
+    beat(node_api, {"disk.indexed": 5 * GIB, "disk.free": 1 * GIB}, form=form)
+
+    node = stored_node()
+    assert (node.total_bytes, node.used_bytes, node.indexed_bytes) == (100 * GIB, 10 * GIB, 5 * GIB)
+    assert node.usable_storage_bytes == 90 * GIB + 5 * GIB
+    assert node.metadata == {"name": "zoekt-0"}
+
+
+def test_the_documented_example_and_the_bench_body_are_valid_gitlab_heartbeats():
+    spec = importlib.util.spec_from_file_location(
+        "bench_heartbeat", Path(__file__).resolve().parents[2] / "bench" / "heartbeat.py"
+    )
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    for body in (HEARTBEAT_EXAMPLE, bench.node_body(0), bench.node_body(77)):
+        serializer = HeartbeatSerializer(data=body)
+        assert serializer.is_valid(), serializer.errors
+        health = body["process_health"]
+        assert set(health["indexer"]) == PROCESS_METRICS_KEYS
+        assert set(health["webserver"]) >= PROCESS_METRICS_KEYS
+        assert set(health["webserver"]) <= PROCESS_METRICS_KEYS | WEBSERVER_ONLY_KEYS
+        for process in health.values():
+            assert all(type(value) is int for value in process.values()), process
 
 
 # --- services, indexed bytes, schema version --------------------------------------------------
@@ -230,6 +323,7 @@ def test_a_heartbeat_without_process_health_keeps_the_stored_one(node_api, now):
     [
         pytest.param(["zoekt"], [0], id="zoekt-is-0"),
         pytest.param(["zoekt", "knowledge_graph"], [0], id="unknown-names-dropped"),
+        pytest.param(["ZOEKT", "zoekt"], [0], id="names-match-exactly-ZOEKT-dropped"),
     ],
 )
 def test_services_are_mapped_to_their_numbers(node_api, now, services, stored):
@@ -247,7 +341,11 @@ def test_services_not_sent_are_left_alone(node_api, now):
     assert stored_node().services == [0]
 
 
-@pytest.mark.parametrize("services", [["knowledge_graph"], []], ids=["only-unknown", "empty"])
+@pytest.mark.parametrize(
+    "services",
+    [["knowledge_graph"], [], ["ZOEKT"], ["Zoekt", "ZOEKT"]],
+    ids=["only-unknown", "empty", "upper-case-ZOEKT", "other-spellings"],
+)
 def test_a_service_list_with_no_known_service_is_refused(node_api, now, services):
     response = node_api.heartbeat(NODE_UUID, heartbeat_body({"node.services": services}))
 

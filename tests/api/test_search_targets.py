@@ -34,21 +34,26 @@ def targets_url(namespace_id) -> str:
     return f"/api/v1/namespaces/{namespace_id}/search_targets"
 
 
+WEBSERVER_SEEN = NOW - timedelta(seconds=5)
+
+
+def process_metrics() -> dict:
+    return {"restarts_15m": 0, "mmap_current": 10, "mmap_max": 1000}
+
+
 def healthy_metadata(name: str, **changes) -> dict:
-    """A 1.16 node whose processes are fine and whose webserver reported 5 s ago."""
+    """A 1.16 node whose processes are fine."""
     return {
         "name": name,
         "version": "v1.16.2",
-        "webserver_last_seen_at": (NOW - timedelta(seconds=5)).isoformat(),
-        "process_health": {
-            "indexer": {"restart_count": 0, "mmap_current": 10, "mmap_max": 1000},
-            "webserver": {"restart_count": 0, "mmap_current": 10, "mmap_max": 1000},
-        },
+        "process_health": {"indexer": process_metrics(), "webserver": process_metrics()},
         **changes,
     }
 
 
 def search_node(name: str, **kwargs) -> Node:
+    """A healthy search node whose webserver reported 5 s ago."""
+    kwargs.setdefault("webserver_last_seen_at", WEBSERVER_SEEN)
     return NodeFactory(
         metadata=healthy_metadata(name),
         search_base_url=f"http://{name}:6070",
@@ -226,7 +231,10 @@ def test_an_unhealthy_node_still_serves_while_an_online_node_runs_an_old_version
     admin_client, enabled
 ):
     replica = ready_replica(enabled, mmap_exhausted_node("zoekt-a"))
-    NodeFactory(metadata=healthy_metadata("zoekt-old", version="v1.15.9"))
+    NodeFactory(
+        metadata=healthy_metadata("zoekt-old", version="v1.15.9"),
+        webserver_last_seen_at=WEBSERVER_SEEN,
+    )
     body = get(admin_client, enabled.root_namespace_id)
     assert {t["replica_id"] for t in body["targets"]} == {replica.id}
 
@@ -296,6 +304,7 @@ def test_a_ready_replica_without_indices_is_not_ready(admin_client, enabled):
         pytest.param("restarts", id="restarts-exceeded"),
         pytest.param("mmap", id="mmap-near-limit"),
         pytest.param("stale", id="webserver-stale"),
+        pytest.param("never_seen", id="webserver-never-seen"),
     ],
 )
 def test_ready_replicas_on_unsearchable_nodes_have_no_searchable_replica(
@@ -307,11 +316,13 @@ def test_ready_replicas_on_unsearchable_nodes_have_no_searchable_replica(
     elif trouble == "not_for_search":
         bad.services = [7]
     elif trouble == "restarts":
-        bad.metadata["process_health"]["indexer"]["restart_count"] = 6
+        bad.metadata["process_health"]["indexer"]["restarts_15m"] = 2
     elif trouble == "mmap":
         bad.metadata["process_health"]["indexer"].update(mmap_current=950, mmap_max=1000)
     elif trouble == "stale":
-        bad.metadata["webserver_last_seen_at"] = (NOW - timedelta(seconds=61)).isoformat()
+        bad.webserver_last_seen_at = NOW - timedelta(seconds=31)
+    elif trouble == "never_seen":
+        bad.webserver_last_seen_at = None
     bad.save()
     ready_replica(enabled, search_node("zoekt-a"), bad)
     ready_replica(enabled, mmap_exhausted_node("zoekt-c"))
@@ -323,9 +334,23 @@ def test_ready_replicas_on_unsearchable_nodes_have_no_searchable_replica(
     )
 
 
+@pytest.mark.parametrize(
+    ("seconds_ago", "reason"),
+    [
+        pytest.param(30, None, id="webserver-seen-exactly-30s-ago-serves"),
+        pytest.param(31, "no_searchable_replica", id="webserver-seen-31s-ago-does-not"),
+    ],
+)
+def test_the_webserver_threshold_is_30_seconds(admin_client, enabled, seconds_ago, reason):
+    ready_replica(
+        enabled, search_node("zoekt-a", webserver_last_seen_at=NOW - timedelta(seconds=seconds_ago))
+    )
+    assert get(admin_client, enabled.root_namespace_id)["reason"] == reason
+
+
 def test_raising_max_restarts_brings_a_restarting_node_back(admin_client, enabled):
     node = search_node("zoekt-a")
-    node.metadata["process_health"]["webserver"]["restart_count"] = 7
+    node.metadata["process_health"]["webserver"]["restarts_15m"] = 7
     node.save()
     ready_replica(enabled, node)
     assert get(admin_client, enabled.root_namespace_id)["reason"] == "no_searchable_replica"

@@ -33,7 +33,9 @@ def reference_plan(scenario: Scenario) -> dict[str, Any]:
     for ns in scenario.namespaces:
         existing = len(ns.existing_replicas)
         desired = ns.number_of_replicas
-        action = "create" if existing < desired else "destroy" if existing > desired else "unchanged"
+        action = (
+            "create" if existing < desired else "destroy" if existing > desired else "unchanged"
+        )
         errors: list[dict[str, Any]] = []
         replicas: list[list[dict[str, Any]]] = []
         exhausted: set[int] = set()
@@ -62,7 +64,11 @@ def reference_plan(scenario: Scenario) -> dict[str, Any]:
                     candidates = [Candidate(n["id"], {DISK: n["unclaimed"]}) for n in nodes]
                     best, _ = best_for_empty_replica(candidates, exhausted)
                     if best is None:
-                        error(None, "node_unavailable", "No nodes available to create an empty replica")
+                        error(
+                            None,
+                            "node_unavailable",
+                            "No nodes available to create an empty replica",
+                        )
                         continue
                     node = nodes[best]
                     index = _index(node, ns.namespace_id)
@@ -74,11 +80,12 @@ def reference_plan(scenario: Scenario) -> dict[str, Any]:
                 for project in ns.projects:  # ascending project namespace id
                     if project.repository_size is None:
                         continue
-                    if len(replica) >= options.max_indices_per_replica:
+                    cap = options.max_indices_per_replica
+                    if len(replica) >= cap:
                         error(
                             len(replicas),
                             "index_limit_exceeded",
-                            f"Replica reached maximum index limit ({options.max_indices_per_replica})",
+                            f"Replica reached maximum index limit ({cap})",
                         )
                         break
                     size = options.scale(project.repository_size)
@@ -88,7 +95,8 @@ def reference_plan(scenario: Scenario) -> dict[str, Any]:
                         error(
                             len(replicas),
                             "node_unavailable",
-                            f"No node can accommodate project {project.project_id} with size {size}",
+                            f"No node can accommodate project {project.project_id} "
+                            f"with size {size}",
                         )
                         continue
                     best = nodes[position]

@@ -1,2 +1,0 @@
-def test_x():
-    assert 1
