@@ -81,6 +81,16 @@ def bytes_cell(value: int | None) -> str:
     return format_html('<span title="{} bytes">{}</span>', value, human_bytes(value))
 
 
+def bytes_column(attr: str, description: str, ordering: str | None = None):
+    """A changelist/detail column showing ``obj.<attr>`` as a human-readable size."""
+
+    @admin.display(description=description, ordering=ordering)
+    def column(self, obj) -> str:
+        return bytes_cell(getattr(obj, attr))
+
+    return column
+
+
 def percent(ratio: float | None) -> str:
     if ratio is None:
         return EMPTY
@@ -289,13 +299,13 @@ class ProjectStatisticsAdmin(admin.ModelAdmin):
     raw_id_fields = ("project",)
     readonly_fields = ("updated_at",)
 
-    @admin.display(description="repository size", ordering="repository_size")
-    def repository_size_display(self, obj: ProjectStatistics) -> str:
-        return bytes_cell(obj.repository_size)
+    repository_size_display = bytes_column(
+        "repository_size", description="repository size", ordering="repository_size"
+    )
 
-    @admin.display(description="storage size", ordering="storage_size")
-    def storage_size_display(self, obj: ProjectStatistics) -> str:
-        return bytes_cell(obj.storage_size)
+    storage_size_display = bytes_column(
+        "storage_size", description="storage size", ordering="storage_size"
+    )
 
 
 @admin.register(NamespaceRootStorageStatistics)
@@ -306,13 +316,13 @@ class NamespaceRootStorageStatisticsAdmin(admin.ModelAdmin):
     raw_id_fields = ("namespace",)
     readonly_fields = ("updated_at",)
 
-    @admin.display(description="repository size", ordering="repository_size")
-    def repository_size_display(self, obj: NamespaceRootStorageStatistics) -> str:
-        return bytes_cell(obj.repository_size)
+    repository_size_display = bytes_column(
+        "repository_size", description="repository size", ordering="repository_size"
+    )
 
-    @admin.display(description="storage size", ordering="storage_size")
-    def storage_size_display(self, obj: NamespaceRootStorageStatistics) -> str:
-        return bytes_cell(obj.storage_size)
+    storage_size_display = bytes_column(
+        "storage_size", description="storage size", ordering="storage_size"
+    )
 
 
 # ----------------------------------------------------------------------------
@@ -500,29 +510,25 @@ class NodeAdmin(SaveChangedFieldsMixin, admin.ModelAdmin):
             count = obj.indices.count()
         return changelist_link(Index, count, zoekt_node__id__exact=obj.pk)
 
-    @admin.display(description="unclaimed storage", ordering="annotated_unclaimed_storage_bytes")
-    def unclaimed_storage(self, obj: Node) -> str:
-        return bytes_cell(obj.unclaimed_storage_bytes)
+    unclaimed_storage = bytes_column(
+        "unclaimed_storage_bytes",
+        description="unclaimed storage",
+        ordering="annotated_unclaimed_storage_bytes",
+    )
 
-    @admin.display(description="reserved storage (all indices)")
-    def reserved_storage(self, obj: Node) -> str:
-        return bytes_cell(obj.reserved_storage_bytes)
+    reserved_storage = bytes_column(
+        "reserved_storage_bytes", description="reserved storage (all indices)"
+    )
 
-    @admin.display(description="total disk")
-    def total_bytes_display(self, obj: Node) -> str:
-        return bytes_cell(obj.total_bytes)
+    total_bytes_display = bytes_column("total_bytes", description="total disk")
 
-    @admin.display(description="used disk")
-    def used_bytes_display(self, obj: Node) -> str:
-        return bytes_cell(obj.used_bytes)
+    used_bytes_display = bytes_column("used_bytes", description="used disk")
 
-    @admin.display(description="indexed (Zoekt files)")
-    def indexed_bytes_display(self, obj: Node) -> str:
-        return bytes_cell(obj.indexed_bytes)
+    indexed_bytes_display = bytes_column("indexed_bytes", description="indexed (Zoekt files)")
 
-    @admin.display(description="usable storage")
-    def usable_storage_bytes_display(self, obj: Node) -> str:
-        return bytes_cell(obj.usable_storage_bytes)
+    usable_storage_bytes_display = bytes_column(
+        "usable_storage_bytes", description="usable storage"
+    )
 
     @admin.display(description="metadata")
     def metadata_display(self, obj: Node) -> str:
@@ -709,17 +715,15 @@ class IndexAdmin(ViewOnlyMixin, admin.ModelAdmin):
         level = Index.WatermarkLevel(obj.watermark_level)
         return coloured(level.label, INDEX_WATERMARK_COLOURS[level])
 
-    @admin.display(description="used", ordering="used_storage_bytes")
-    def used_bytes(self, obj: Index) -> str:
-        return bytes_cell(obj.used_storage_bytes)
+    used_bytes = bytes_column(
+        "used_storage_bytes", description="used", ordering="used_storage_bytes"
+    )
 
-    @admin.display(description="reserved", ordering="reserved_storage_bytes")
-    def reserved_bytes(self, obj: Index) -> str:
-        return bytes_cell(obj.reserved_storage_bytes)
+    reserved_bytes = bytes_column(
+        "reserved_storage_bytes", description="reserved", ordering="reserved_storage_bytes"
+    )
 
-    @admin.display(description="free (reserved - used)")
-    def free_bytes(self, obj: Index) -> str:
-        return bytes_cell(obj.free_storage_bytes)
+    free_bytes = bytes_column("free_storage_bytes", description="free (reserved - used)")
 
     @admin.display(description="used / reserved")
     def used_percent(self, obj: Index) -> str:
@@ -767,9 +771,7 @@ class RepositoryAdmin(ViewOnlyMixin, admin.ModelAdmin):
     def index_link(self, obj: Repository) -> str:
         return admin_link(obj.zoekt_index, obj.zoekt_index_id)
 
-    @admin.display(description="size", ordering="size_bytes")
-    def size(self, obj: Repository) -> str:
-        return bytes_cell(obj.size_bytes)
+    size = bytes_column("size_bytes", description="size", ordering="size_bytes")
 
 
 @admin.register(Task)
