@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import contextlib
-import threading
-
 import pytest
 import redis
 from django.conf import settings
 from django.core.cache import cache
-from django.db import connection, transaction
 
 from tests.factories import IndexFactory, ProjectFactory, ReplicaFactory, RepositoryFactory
-from zoekt import buffer_factor, locks
+from tests.locking import advisory_lock_held_elsewhere
+from zoekt import buffer_factor
 from zoekt.buffer_factor import (
     compute_global_buffer_factor,
     global_buffer_factor,
@@ -135,36 +132,6 @@ def test_a_cache_entry_from_elsewhere_is_replaced_by_an_observation():
 
 
 # --- the hourly job ------------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def advisory_lock_held_elsewhere(key: LockKey):
-    """Hold a job's advisory lock from a second database connection, in another thread."""
-    taken, release = threading.Event(), threading.Event()
-    errors: list[BaseException] = []
-
-    def hold() -> None:
-        try:
-            with transaction.atomic(), connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [locks._KEY_SPACE, int(key)])
-                taken.set()
-                release.wait(timeout=30)
-        except BaseException as exc:
-            errors.append(exc)
-        finally:
-            taken.set()
-            connection.close()
-
-    holder = threading.Thread(target=hold, daemon=True)
-    holder.start()
-    try:
-        assert taken.wait(timeout=30), "the holder never took the lock"
-        assert not errors, errors
-        yield
-    finally:
-        release.set()
-        holder.join(timeout=30)
-    assert not errors, errors
 
 
 def test_the_job_refreshes_the_cached_factor_and_reports_it():

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
-import threading
 from datetime import timedelta
 
 import pytest
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 
 from tests.factories import (
     EnabledNamespaceFactory,
@@ -15,7 +13,8 @@ from tests.factories import (
     ReplicaFactory,
     ReplicalessIndexFactory,
 )
-from zoekt import app_settings, locks
+from tests.locking import advisory_lock_held_elsewhere
+from zoekt import app_settings
 from zoekt.actions import do_update_replica_states
 from zoekt.locks import LockKey
 from zoekt.models import EnabledNamespace, Index, Replica
@@ -121,36 +120,6 @@ def test_an_index_without_its_replica_does_not_hold_another_replica_back():
 
 
 # --- the scheduled job and its advisory lock -----------------------------------------------------
-
-
-@contextlib.contextmanager
-def advisory_lock_held_elsewhere(key: LockKey):
-    """Hold the job's advisory lock from a second database connection, in another thread."""
-    taken, release = threading.Event(), threading.Event()
-    errors: list[BaseException] = []
-
-    def hold() -> None:
-        try:
-            with transaction.atomic(), connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [locks._KEY_SPACE, int(key)])
-                taken.set()
-                release.wait(timeout=30)
-        except BaseException as exc:  # surfaced in the test below
-            errors.append(exc)
-        finally:
-            taken.set()
-            connection.close()
-
-    holder = threading.Thread(target=hold, daemon=True)
-    holder.start()
-    try:
-        assert taken.wait(timeout=30), "the holder never took the lock"
-        assert not errors, errors
-        yield
-    finally:
-        release.set()
-        holder.join(timeout=30)
-    assert not errors, errors
 
 
 def test_the_job_skips_while_another_connection_holds_its_lock_and_runs_once_it_is_free():

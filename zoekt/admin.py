@@ -284,8 +284,19 @@ class ForkNetworkMemberAdmin(admin.ModelAdmin):
     raw_id_fields = ("project", "forked_from_project")
 
 
+class StorageSizesMixin:
+    """The two size columns shared by the statistics tables."""
+
+    repository_size_display = bytes_column(
+        "repository_size", description="repository size", ordering="repository_size"
+    )
+    storage_size_display = bytes_column(
+        "storage_size", description="storage size", ordering="storage_size"
+    )
+
+
 @admin.register(ProjectStatistics)
-class ProjectStatisticsAdmin(admin.ModelAdmin):
+class ProjectStatisticsAdmin(StorageSizesMixin, admin.ModelAdmin):
     list_display = (
         "id",
         "project",
@@ -299,30 +310,14 @@ class ProjectStatisticsAdmin(admin.ModelAdmin):
     raw_id_fields = ("project",)
     readonly_fields = ("updated_at",)
 
-    repository_size_display = bytes_column(
-        "repository_size", description="repository size", ordering="repository_size"
-    )
-
-    storage_size_display = bytes_column(
-        "storage_size", description="storage size", ordering="storage_size"
-    )
-
 
 @admin.register(NamespaceRootStorageStatistics)
-class NamespaceRootStorageStatisticsAdmin(admin.ModelAdmin):
+class NamespaceRootStorageStatisticsAdmin(StorageSizesMixin, admin.ModelAdmin):
     list_display = ("namespace", "repository_size_display", "storage_size_display", "updated_at")
     search_fields = ("namespace__name", "namespace__path", "namespace_id__exact")
     list_select_related = ("namespace",)
     raw_id_fields = ("namespace",)
     readonly_fields = ("updated_at",)
-
-    repository_size_display = bytes_column(
-        "repository_size", description="repository size", ordering="repository_size"
-    )
-
-    storage_size_display = bytes_column(
-        "storage_size", description="storage size", ordering="storage_size"
-    )
 
 
 # ----------------------------------------------------------------------------
