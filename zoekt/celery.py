@@ -11,11 +11,13 @@ import os
 
 from celery import Celery
 
+from zoekt.scheduling.beat import SCHEDULING_BEAT
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "zoekt.settings")
 
 app = Celery("zoekt")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks(["zoekt", "zoekt.scheduling"])
+app.autodiscover_tasks(["zoekt", "zoekt.scheduling", "planner"])
 
 # Every entry expires after its own interval, so a backlog of missed ticks
 # never runs the same job several times in a row.
@@ -30,5 +32,12 @@ BEAT_SCHEDULE = {
         "schedule": 3600.0,
         "options": {"expires": 3600},
     },
+    # GitLab's RolloutWorker cron (*/10): select, plan and provision namespaces.
+    "rollout": {
+        "task": "zoekt.rollout",
+        "schedule": 600.0,
+        "options": {"expires": 600},
+    },
 }
+BEAT_SCHEDULE.update(SCHEDULING_BEAT)
 app.conf.beat_schedule = BEAT_SCHEDULE

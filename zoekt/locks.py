@@ -21,6 +21,7 @@ class LockKey(enum.IntEnum):
     UPDATE_REPLICA_STATES = 1
     REFRESH_BUFFER_FACTOR = 2
     CATALOG_UPSERT = 3
+    ROLLOUT = 4
 
 
 @contextlib.contextmanager

@@ -28,3 +28,13 @@ class Reason(enum.StrEnum):
     INDEXING_DISABLED = "indexing_disabled"
     PROJECT_NOT_FOUND = "project_not_found"
     NO_TARGET_INDICES = "no_target_indices"
+    # Rollout (planner.selection, planner.apply, planner.rollout, planner.tasks)
+    INDEXING_PAUSED = "indexing_paused"
+    NO_ENABLED_NAMESPACES = "no_enabled_namespaces"
+    NO_AVAILABLE_NODES = "no_available_nodes"
+    DRY_RUN = "dry_run"
+    NODE_NOT_FOUND = "node_not_found"
+    NODE_CAPACITY_EXCEEDED = "node_capacity_exceeded"
+    MISSING_ENABLED_NAMESPACE = "missing_enabled_namespace"
+    NAMESPACE_ALREADY_ON_NODE = "namespace_already_on_node"
+    PROVISIONING_FAILED = "provisioning_failed"

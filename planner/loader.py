@@ -1,0 +1,200 @@
+"""The database as a scenario: a resource pool in, a ``plan-scenario`` dict out.
+
+The scenario is exactly what ``python -m planner plan`` reads (the contract
+in ``../shared/contracts/plan-scenario.md``), so a rollout's input can be
+written to a file and replayed without a database.
+
+* ``nodes``: the pool's candidate nodes in candidate order, each with its
+  ``unclaimed_storage_bytes`` (computed in SQL by the selection) and the
+  ``process_health`` it last reported (only the webserver counters the
+  planner reads; ``null`` when the node reported none).
+* ``namespaces``: the selected enabled namespaces in selection order, each
+  with ``number_of_replicas`` (the override, else the default setting), its
+  ``existing_replicas`` (``{id, state}`` with GitLab's state names, by id)
+  and its ``projects``: every project whose project namespace lies under the
+  root (``namespaces.traversal_ids[1]`` is the root id, type ``Project``),
+  with ``repository_size`` from ``project_statistics`` or ``null`` when the
+  project has no statistics row.
+* ``options``: ``buffer_factor`` is ``zoekt.buffer_factor.global_buffer_factor()``
+  (an integer when integral, else the float as is: the core takes a float at
+  its shortest decimal form and rounds each project's bytes up, and JSON
+  round-trips that form exactly, so a replay plans the same bytes);
+  ``max_indices_per_replica`` 10. Memory options are left out.
+
+Queries: one for the existing replicas and one for the projects of every
+selected root, read through a server-side cursor in chunks of
+``chunk_size`` rows (one statement, ``FETCH`` round trips of ``chunk_size``
+rows), plus the buffer factor's when its cache is cold. The count does not
+grow with the number of projects, nor with the number of namespaces.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django.db import connection
+
+from planner.selection import ResourcePool, SelectedNode
+from zoekt import capacity
+from zoekt.buffer_factor import global_buffer_factor
+from zoekt.models import Replica
+
+#: Rows fetched per round trip from the projects cursor.
+DEFAULT_CHUNK_SIZE = 10_000
+
+#: ``progress(namespaces_loaded, namespaces_total, projects_loaded)``
+Progress = Callable[[int, int, int], None]
+
+_REPLICA_STATE_NAMES = {state.value: state.label for state in Replica.State}
+
+# Every project whose project namespace lies under one of the roots, by root
+# then project namespace id. The range condition on traversal_ids is the
+# prefix test "traversal_ids[1] = root" written so the btree index on
+# traversal_ids can serve it; the explicit test is kept for clarity.
+_PROJECTS_SQL = """
+SELECT r.root_id, n.id, p.id, s.repository_size
+FROM unnest(%s::bigint[]) AS r(root_id)
+JOIN namespaces n
+  ON n.traversal_ids >= ARRAY[r.root_id]
+ AND n.traversal_ids < ARRAY[r.root_id + 1]
+ AND n.traversal_ids[1] = r.root_id
+ AND n.type = 'Project'
+JOIN projects p ON p.project_namespace_id = n.id
+LEFT JOIN project_statistics s ON s.project_id = p.id
+ORDER BY r.root_id, n.id
+"""
+
+
+class ScenarioLoader:
+    """Build the scenario dict for one resource pool; counts what it read."""
+
+    def __init__(
+        self,
+        pool: ResourcePool,
+        *,
+        buffer_factor: int | float | None = None,
+        max_indices_per_replica: int = capacity.MAX_INDICES_PER_REPLICA,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        progress: Progress | None = None,
+    ) -> None:
+        self.pool = pool
+        self.buffer_factor = buffer_factor
+        self.max_indices_per_replica = max_indices_per_replica
+        self.chunk_size = chunk_size
+        self.progress = progress
+        self.projects_loaded = 0
+        self.fetches = 0
+
+    def load(self) -> dict[str, Any]:
+        factor = self.buffer_factor
+        if factor is None:
+            factor = global_buffer_factor()
+        if isinstance(factor, float) and factor.is_integer():
+            factor = int(factor)
+        namespaces = [
+            {
+                "enabled_namespace_id": ns.enabled_namespace_id,
+                "namespace_id": ns.namespace_id,
+                "number_of_replicas": ns.number_of_replicas,
+                "existing_replicas": [],
+                "projects": [],
+            }
+            for ns in self.pool.namespaces
+        ]
+        by_enabled = {ns["enabled_namespace_id"]: ns for ns in namespaces}
+        by_root = {ns["namespace_id"]: ns for ns in namespaces}
+        if namespaces:
+            self._load_existing_replicas(by_enabled)
+            self._load_projects(by_root)
+        return {
+            "options": {
+                "buffer_factor": factor,
+                "max_indices_per_replica": self.max_indices_per_replica,
+            },
+            "nodes": [node_entry(node) for node in self.pool.nodes],
+            "namespaces": namespaces,
+        }
+
+    def _load_existing_replicas(self, by_enabled: dict[int, dict[str, Any]]) -> None:
+        rows = (
+            Replica.objects.filter(zoekt_enabled_namespace_id__in=list(by_enabled))
+            .order_by("zoekt_enabled_namespace_id", "id")
+            .values_list("zoekt_enabled_namespace_id", "id", "state")
+        )
+        for enabled_id, replica_id, state in rows:
+            by_enabled[enabled_id]["existing_replicas"].append(
+                {"id": replica_id, "state": _REPLICA_STATE_NAMES[state]}
+            )
+
+    def _load_projects(self, by_root: dict[int, dict[str, Any]]) -> None:
+        total = len(by_root)
+        done = 0
+        current_root: int | None = None
+        projects: list[dict[str, Any]] = []
+        append = projects.append
+        roots = sorted(by_root)
+        # Rows come by root: when a root's first row arrives, every root before it is done.
+        position = {root: i for i, root in enumerate(roots)}
+        server_side = not connection.settings_dict.get("DISABLE_SERVER_SIDE_CURSORS")
+        cursor = connection.chunked_cursor() if server_side else connection.cursor()
+        with cursor:
+            cursor.execute(_PROJECTS_SQL, [roots])
+            while True:
+                rows = cursor.fetchmany(self.chunk_size)
+                self.fetches += 1
+                if not rows:
+                    break
+                self.projects_loaded += len(rows)
+                for root_id, pnid, project_id, size in rows:
+                    if root_id != current_root:
+                        current_root = root_id
+                        done = position[root_id]
+                        projects = by_root[root_id]["projects"]
+                        append = projects.append
+                    append(
+                        {
+                            "project_namespace_id": pnid,
+                            "project_id": project_id,
+                            "repository_size": size,
+                        }
+                    )
+                if self.progress is not None:
+                    self.progress(done, total, self.projects_loaded)
+        if self.progress is not None:
+            self.progress(total, total, self.projects_loaded)
+
+
+def load_scenario(pool: ResourcePool, **options: Any) -> dict[str, Any]:
+    """The scenario dict for ``pool`` (see ``ScenarioLoader`` for the options)."""
+    return ScenarioLoader(pool, **options).load()
+
+
+def node_entry(node: SelectedNode) -> dict[str, Any]:
+    return {
+        "id": node.id,
+        "unclaimed_storage_bytes": node.unclaimed_storage_bytes,
+        "process_health": process_health(node.metadata),
+    }
+
+
+def process_health(metadata: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The part of a node's reported ``process_health`` the planner reads, or None.
+
+    Only ``webserver.rss_bytes`` and ``webserver.shards_loaded`` are kept; a
+    value that is not a non-negative integer becomes null, so whatever a node
+    reported, the scenario stays valid.
+    """
+    health = (metadata or {}).get("process_health")
+    if not isinstance(health, dict):
+        return None
+    webserver = health.get("webserver")
+    if not isinstance(webserver, dict):
+        return {}
+    return {
+        "webserver": {key: _counter(webserver.get(key)) for key in ("rss_bytes", "shards_loaded")}
+    }
+
+
+def _counter(value: Any) -> int | None:
+    return value if type(value) is int and value >= 0 else None

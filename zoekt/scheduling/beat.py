@@ -1,0 +1,9 @@
+"""Beat entries of the scheduling jobs, declared in code (merged into ``zoekt.celery``).
+
+Plain data with no Django import: the Celery app reads it at start-up.
+Every entry expires after its own interval.
+"""
+
+from __future__ import annotations
+
+SCHEDULING_BEAT: dict[str, dict] = {}
