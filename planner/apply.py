@@ -348,10 +348,11 @@ class ProvisioningService:
             EnabledNamespace.objects.bulk_update(
                 rows, ["last_rollout_failed_at", "metadata", "updated_at"]
             )
+        created_roots = set(self.result.created_namespace_ids)
         created = {
             enabled_id
             for enabled_id, row in enabled.items()
-            if row.root_namespace_id in set(self.result.created_namespace_ids)
+            if row.root_namespace_id in created_roots
         }
         if created:
             EnabledNamespace.objects.filter(

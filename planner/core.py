@@ -32,6 +32,17 @@ changing a single choice:
 * Behind a second-or-later index (whose node is exhausted), the gate's
   answer depends only on the request size until the next index opens, so
   the largest size known to pass and the smallest known to fail are cached.
+
+The memory dimension (docs/planner.md, "Memory") is on when any node has a
+memory budget. Then every decision starts from GitLab's disk decision and
+memory only overrides it where memory binds: a project that fits the last
+index on disk but not in memory rolls over (its node excluded *before* the
+new node is chosen), a new index avoids nodes without the memory, and when
+memory cannot be satisfied the project keeps the disk decision and the
+namespace gets a warning, never an error. If memory-steered choices would
+make a namespace fail, its memory-aware attempt is rolled back and it is
+planned by the disk rule alone. With memory off, ``_simulate_replica`` below
+runs exactly as before and the plan has no memory keys.
 """
 
 from __future__ import annotations
@@ -43,6 +54,10 @@ from planner.plan import (
     CREATE,
     DESTROY,
     INDEX_LIMIT_EXCEEDED,
+    MEMORY_BUDGET_INSUFFICIENT,
+    MEMORY_INDEX_LIMIT_REACHED,
+    MEMORY_NODE_EXHAUSTED,
+    MEMORY_PLACEMENT_ABANDONED,
     NODE_REUSED_IN_NAMESPACE,
     NODE_UNAVAILABLE,
     UNCHANGED,
@@ -50,12 +65,24 @@ from planner.plan import (
     DecisionLog,
     NamespacePlan,
     NodeChange,
+    NodeMemory,
     Plan,
     PlanIssue,
     PlannedIndex,
     ReplicaPlan,
 )
-from planner.scenario import DISK, Namespace, Scenario, _factor_ratio, gc_paused, parse_scenario
+from planner.scenario import (
+    CONCURRENCY_FACTOR,
+    DISK,
+    MEMORY,
+    Namespace,
+    Scenario,
+    _factor_ratio,
+    gc_paused,
+    parse_scenario,
+)
+
+__all__ = ["CONCURRENCY_FACTOR", "plan", "plan_dict"]
 
 _NEG = float("-inf")
 _INF = float("inf")
@@ -63,12 +90,27 @@ _INF = float("inf")
 NEW_INDEX = "new_index"
 NO_NODE = "no_node"
 EMPTY_REPLICA = "empty_replica"
+MEMORY_OVERFLOW = "memory_overflow"
+
+#: Why a new index opened (``Decision.cause``, memory dimension only).
+CAUSE_FIRST = "first"
+CAUSE_DISK = "disk"
+CAUSE_MEMORY_CEILING = "memory_ceiling"
+CAUSE_MEMORY_BUDGET = "memory_budget"
+
+_OPEN = 0
+_JOIN = 1
 
 
-def plan(scenario: Scenario, *, record_decisions: bool = True) -> Plan:
-    """Plan every namespace of the scenario, in order, over the shared nodes."""
+def plan(scenario: Scenario, *, record_decisions: bool = True, memory_aware: bool = True) -> Plan:
+    """Plan every namespace of the scenario, in order, over the shared nodes.
+
+    ``memory_aware=False`` (memory dimension on only): decide by disk alone,
+    exactly as with memory off, but still report every memory figure, so
+    one can see what the disk-only plan does to memory.
+    """
     with gc_paused():
-        run = _Run(scenario, record_decisions=record_decisions)
+        run = _Run(scenario, record_decisions=record_decisions, memory_aware=memory_aware)
         for namespace in scenario.namespaces:
             run.plan_namespace(namespace)
         return run.result()
@@ -144,10 +186,109 @@ class _FirstFit:
             self._set(position, actual)
 
 
+class _FitBoth(_FirstFit):
+    """The leftmost candidate with room for a project in *both* dimensions.
+
+    A project of repository size ``r`` needs ``ceil(r × buffer_factor)``
+    disk bytes and ``ceil(r × memory_ratio)`` memory bytes; a node with
+    ``d`` unclaimed disk and ``m`` unclaimed memory fits it exactly when
+    ``min(floor(d / buffer_factor), floor(m / memory_ratio)) >= r`` (the
+    factors as exact fractions). That key is one number per node and only
+    falls during a run, so the max-tree of ``_FirstFit`` answers the
+    two-dimensional first fit with the same stale-high search. A node
+    without a budget has infinite memory: its key is the disk part.
+    """
+
+    __slots__ = ("bd", "bn", "disk", "md", "mem", "mn")
+
+    def __init__(
+        self,
+        disk: list[int],
+        mem: list[int | float],
+        buffer_ratio: tuple[int, int],
+        memory_ratio: tuple[int, int],
+    ) -> None:
+        self.disk = disk
+        self.mem = mem
+        self.bn, self.bd = buffer_ratio
+        self.mn, self.md = memory_ratio
+        super().__init__([self.key(position) for position in range(len(disk))])
+
+    def key(self, position: int) -> int:
+        """The largest repository size the node can take now."""
+        d = self.disk[position] * self.bd // self.bn
+        m = self.mem[position]
+        if m == _INF:
+            return d
+        m = m * self.md // self.mn
+        return d if d <= m else m
+
+    def unblock(self, position: int) -> None:
+        self._set(position, self.key(position))
+
+    def find(self, need: int) -> int | None:
+        tree = self.tree
+        size = self.size
+        key = self.key
+        while True:
+            if tree[1] < need:
+                return None
+            i = 1
+            while i < size:
+                i <<= 1
+                if tree[i] < need:
+                    i += 1
+            position = i - size
+            actual = key(position)
+            if actual >= need:
+                return position
+            self._set(position, actual)
+
+
+class _Projects:
+    """One namespace's projects with statistics, as parallel lists (memory dimension)."""
+
+    __slots__ = ("_largest", "_suffix", "mems", "pids", "pnids", "rsizes", "sizes")
+
+    def __init__(
+        self,
+        pnids: list[int],
+        pids: list[int],
+        sizes: list[int],
+        mems: list[int],
+        rsizes: list[int],
+    ) -> None:
+        self.pnids = pnids
+        self.pids = pids
+        self.sizes = sizes
+        self.mems = mems
+        self.rsizes = rsizes
+        self._suffix: list[int] | None = None
+        self._largest: tuple[int, int] | None = None
+
+    def suffix(self, k: int) -> int:
+        """The estimated memory of projects ``k`` and after."""
+        if self._suffix is None:
+            out = [0] * (len(self.mems) + 1)
+            total = 0
+            for j in range(len(self.mems) - 1, -1, -1):
+                total += self.mems[j]
+                out[j] = total
+            self._suffix = out
+        return self._suffix[k]
+
+    def largest(self) -> tuple[int, int]:
+        if self._largest is None:
+            self._largest = (max(self.sizes, default=0), max(self.mems, default=0))
+        return self._largest
+
+
 class _Run:
     """The shared node records of one planning run, and the namespace plans so far."""
 
-    def __init__(self, scenario: Scenario, *, record_decisions: bool) -> None:
+    def __init__(
+        self, scenario: Scenario, *, record_decisions: bool, memory_aware: bool = True
+    ) -> None:
         self.node_ids = [node.id for node in scenario.nodes]
         #: Live unclaimed bytes per candidate position (the disk dimension).
         #: The node of a replica's open index is brought up to date lazily
@@ -166,13 +307,76 @@ class _Run:
         if record_decisions:
             self.disk_history = [([-1], [value]) for value in self.disk]
             self.log = DecisionLog(tuple(self.node_ids), self.decisions, {DISK: self.disk_history})
+        #: While a memory-aware namespace attempt runs: position → what to
+        #: restore if the attempt is abandoned (see ``_rollback``).
+        self.undo: dict[int, tuple[int, int | float, int, int]] | None = None
+        self.memory = scenario.memory_on
+        if self.memory:
+            self._init_memory(scenario, memory_aware)
+
+    def _init_memory(self, scenario: Scenario, memory_aware: bool) -> None:
+        options = scenario.options.memory
+        self.aware = memory_aware
+        self.budgets = [scenario.memory_budget(node) for node in scenario.nodes]
+        #: Live unclaimed memory per candidate position: budget minus the
+        #: estimated memory of the indices the node already holds (the
+        #: ``reserved_memory_bytes`` extension) minus what this run places.
+        #: Infinite for a node without a budget (no limit).
+        self.mem: list[int | float] = [
+            _INF if budget is None else budget - (node.reserved_memory_bytes or 0)
+            for node, budget in zip(scenario.nodes, self.budgets, strict=True)
+        ]
+        self.mem_before = list(self.mem)
+        #: max_memory_bytes of an index on each node (infinite: no budget).
+        self.ceilings: list[int | float] = [
+            _INF if budget is None else options.ceiling(budget) for budget in self.budgets
+        ]
+        self.memory_ratio = _factor_ratio(options.memory_ratio)
+        self.fit_both = _FitBoth(self.disk, self.mem, self.factor, self.memory_ratio)
+        self.exhausted = _Exhausted(self.first_fit, self.fit_both)
+        self.undo_appends: list[int] = []
+        self.undo_decisions = 0
+        self.largest_disk = 0
+        self.largest_memory = 0
+        self.ns_largest = [0, 0]
+        self.mem_history: list[tuple[list[int], list[int | float]]] = []
+        if self.log is not None:
+            self.mem_history = [([-1], [value]) for value in self.mem]
+            self.log.history[MEMORY] = self.mem_history
+
+    def _touch(self, position: int) -> None:
+        """Remember what to restore at ``position`` if the namespace attempt is abandoned."""
+        undo = self.undo
+        if undo is not None and position not in undo:
+            if self.log is not None:
+                undo[position] = (
+                    self.disk[position],
+                    self.mem[position],
+                    len(self.disk_history[position][0]),
+                    len(self.mem_history[position][0]),
+                )
+            else:
+                undo[position] = (self.disk[position], self.mem[position], 0, 0)
 
     def _write(self, position: int, value: int) -> None:
         """Set a node's unclaimed bytes, and log the change for explain."""
         if self.disk[position] != value:
+            if self.undo is not None:
+                self._touch(position)
             self.disk[position] = value
             if self.log is not None:
                 sequences, values = self.disk_history[position]
+                sequences.append(len(self.decisions))
+                values.append(value)
+
+    def _write_mem(self, position: int, value: int | float) -> None:
+        """Set a node's unclaimed memory, and log the change for explain."""
+        if self.mem[position] != value:
+            if self.undo is not None:
+                self._touch(position)
+            self.mem[position] = value
+            if self.log is not None:
+                sequences, values = self.mem_history[position]
                 sequences.append(len(self.decisions))
                 values.append(value)
 
@@ -194,6 +398,9 @@ class _Run:
             ns_plan.replicas_to_destroy = [replica.id for replica in ordered[: existing - desired]]
             return
         if existing == desired:
+            return
+        if self.memory and namespace.projects:
+            self._plan_namespace_memory(ns_plan, namespace, desired - existing)
             return
 
         try:
@@ -363,6 +570,548 @@ class _Run:
                 exhausted.add(first_pos)
         ns_plan.replicas.append(ReplicaPlan(indices))
 
+    # ------------------------------------------------------------------ #
+    # The memory dimension
+    # ------------------------------------------------------------------ #
+
+    def _plan_namespace_memory(
+        self, ns_plan: NamespacePlan, namespace: Namespace, missing: int
+    ) -> None:
+        """Plan a namespace with projects, memory dimension on.
+
+        The memory-aware attempt runs first. If memory steered any decision
+        and the attempt ends with an error, it is rolled back (nodes, decision
+        records) and the namespace is planned by the disk rule alone, the plan
+        GitLab would make from this state: memory never makes a namespace
+        fail (seed 1d). The disk-only plan keeps its verdict; if it succeeds,
+        it carries a ``memory_placement_abandoned`` warning.
+        """
+        projects = [p for p in namespace.projects if p.repository_size is not None]
+        rsizes = [p.repository_size for p in projects]
+        sizes = _scaled(rsizes, self.factor)
+        mems = _scaled(rsizes, self.memory_ratio)
+        data = _Projects(
+            [p.project_namespace_id for p in projects],
+            [p.project_id for p in projects],
+            sizes,
+            mems,
+            rsizes,
+        )
+        aware = self.aware
+        if aware:
+            self.undo = {}
+            self.undo_appends = []
+            self.undo_decisions = len(self.decisions)
+        self.ns_largest = [0, 0]
+        steered = False
+        try:
+            for replica_idx in range(missing):
+                steered |= self._simulate_replica_memory(
+                    ns_plan, replica_idx, data, more=replica_idx < missing - 1, aware=aware
+                )
+        finally:
+            self.exhausted.release()
+        if aware and steered and ns_plan.errors:
+            error = ns_plan.errors[0]
+            self._rollback()
+            ns_plan.replicas = []
+            ns_plan.errors = []
+            ns_plan.warnings = []
+            self.ns_largest = [0, 0]
+            try:
+                for replica_idx in range(missing):
+                    self._simulate_replica_memory(
+                        ns_plan, replica_idx, data, more=replica_idx < missing - 1, aware=False
+                    )
+            finally:
+                self.exhausted.release()
+            if not ns_plan.errors:
+                ns_plan.warnings.append(
+                    PlanIssue(
+                        ns_plan.namespace_id,
+                        None,
+                        MEMORY_PLACEMENT_ABANDONED,
+                        "The memory-aware placement would have failed "
+                        f"({error.type} in replica {error.replica_idx}: {error.details}); "
+                        "the namespace is planned by the disk-only rule instead, without "
+                        "memory limits",
+                    )
+                )
+        self.undo = None
+        if len(ns_plan.errors) > 1:
+            ns_plan.errors = list(dict.fromkeys(ns_plan.errors))
+        if self.ns_largest[0] > self.largest_disk:
+            self.largest_disk = self.ns_largest[0]
+        if self.ns_largest[1] > self.largest_memory:
+            self.largest_memory = self.ns_largest[1]
+
+    def _rollback(self) -> None:
+        """Undo everything the namespace's abandoned attempt did to the run's records."""
+        node_indices = self.node_indices
+        for position in reversed(self.undo_appends):
+            node_indices[position].pop()
+        undo = self.undo or {}
+        for position, (disk, mem, disk_len, mem_len) in undo.items():
+            self.disk[position] = disk
+            self.mem[position] = mem
+            if self.log is not None:
+                for history, length in (
+                    (self.disk_history[position], disk_len),
+                    (self.mem_history[position], mem_len),
+                ):
+                    del history[0][length:]
+                    del history[1][length:]
+        del self.decisions[self.undo_decisions :]
+        # Unclaimed bytes went back up: the trees' entries must not stay below them.
+        for position in undo:
+            self.first_fit.unblock(position)
+            self.fit_both.unblock(position)
+        self.undo = {}
+        self.undo_appends = []
+
+    def _simulate_replica_memory(
+        self,
+        ns_plan: NamespacePlan,
+        replica_idx: int,
+        data: _Projects,
+        *,
+        more: bool,
+        aware: bool,
+    ) -> bool:
+        """Plan one replica with the memory dimension on; True if memory steered a choice.
+
+        With ``aware`` False this makes exactly the disk-only decisions of
+        ``_simulate_replica`` and only keeps the memory figures.
+        """
+        disk = self.disk
+        mem = self.mem
+        ceilings = self.ceilings
+        write = self._write
+        write_mem = self._write_mem
+        find = self.first_fit.find
+        exhausted = self.exhausted
+        memory_only = exhausted.memory_only
+        cap = self.cap
+        node_ids = self.node_ids
+        namespace_id = ns_plan.namespace_id
+        errors = ns_plan.errors
+        pnids = data.pnids
+        pids = data.pids
+        sizes = data.sizes
+        mems = data.mems
+        n = len(sizes)
+        indices: list[PlannedIndex] = []
+        undo_appends = self.undo_appends if self.undo is not None else None
+        log = self.log
+        #: warning type → [details of the first occurrence, occurrences]
+        notes: dict[str, list] = {}
+        steered = False
+        skipped: list[int] = []
+        stop = n
+
+        last: PlannedIndex | None = None
+        last_pos = -1
+        last_max: int | float = -1  # no last index: nothing fits it
+        last_req = 0
+        last_to = 0
+        first_pos = -1
+        last_mem = 0
+        last_mopen: int | float = 0  # the node's unclaimed memory when the index opened
+        last_mtgt: int | float = _INF  # memory the last index may grow to
+        gated = False
+        gate_ok: int | float = -1
+        gate_fail: int | float = _INF
+
+        for k in range(n):
+            size = sizes[k]
+            mm = mems[k]
+            if len(indices) >= cap:
+                errors.append(
+                    PlanIssue(
+                        namespace_id,
+                        replica_idx,
+                        INDEX_LIMIT_EXCEEDED,
+                        f"Replica reached maximum index limit ({cap})",
+                    )
+                )
+                stop = k
+                break
+
+            position = -1  # set: a memory-driven rollover to this candidate
+            cause = CAUSE_DISK
+            warning = None
+            if last_req + size <= last_max:
+                if last_mem + mm > last_mtgt:
+                    # Fits the last index on disk but not in memory (aware only).
+                    write(last_pos, last_max - last_req)
+                    write_mem(last_pos, last_mopen - last_mem)
+                    steered = True
+                    outcome = self._memory_limit(
+                        data, k, last_pos, first_pos, last_mem, last_mopen, len(indices), notes
+                    )
+                    if outcome[0] == _OPEN:
+                        position, cause = outcome[1], outcome[2]
+                    else:
+                        last_mtgt = outcome[1]
+                        if log is not None:
+                            self.decisions.append(
+                                Decision(
+                                    MEMORY_OVERFLOW,
+                                    namespace_id,
+                                    replica_idx,
+                                    len(indices) - 1,
+                                    pids[k],
+                                    pnids[k],
+                                    {DISK: size, MEMORY: mm},
+                                    last_pos,
+                                    exhausted.frozen(),
+                                    None,
+                                    exhausted.frozen_memory(),
+                                    None,
+                                    outcome[2],
+                                )
+                            )
+                if position < 0:
+                    # Joins the last index, after GitLab's gate (10.1, 10.3).
+                    if gated and size > gate_ok:
+                        if size < gate_fail and find(size) is not None:
+                            gate_ok = size
+                        else:
+                            if size < gate_fail:
+                                gate_fail = size
+                            write(last_pos, last_max - last_req)
+                            write_mem(last_pos, last_mopen - last_mem)
+                            self._unavailable(
+                                ns_plan,
+                                replica_idx,
+                                len(indices),
+                                pids[k],
+                                pnids[k],
+                                size,
+                                fits_last_index_node_id=node_ids[last_pos],
+                                exhausted=exhausted.frozen_disk(),
+                            )
+                            skipped.append(k)
+                            continue
+                    last_req += size
+                    last_mem += mm
+                    last_to = pnids[k]
+                    continue
+
+            # A new index: the replica's first, a disk rollover, or (position
+            # set) a memory rollover.
+            if last is not None:
+                write(last_pos, last_max - last_req)
+                write_mem(last_pos, last_mopen - last_mem)
+            if position < 0:
+                position = find(size) if size < gate_fail else None
+                if position is None:
+                    if size < gate_fail:
+                        gate_fail = size
+                    self._unavailable(
+                        ns_plan,
+                        replica_idx,
+                        len(indices),
+                        pids[k],
+                        pnids[k],
+                        size,
+                        exhausted=exhausted.frozen_disk(),
+                    )
+                    skipped.append(k)
+                    continue
+                if last is None:
+                    cause = CAUSE_FIRST
+                if aware and (mem[position] < mm or position in memory_only):
+                    # GitLab's node lacks the memory: the first node with both.
+                    steered = True
+                    if last is not None:
+                        exhausted.add_memory(first_pos)
+                    chosen = self.fit_both.find(data.rsizes[k])
+                    if chosen is None:
+                        # Nowhere with both: the disk-only choice, with a warning.
+                        chosen = self._disk_only_choice(size)
+                        if chosen is None:
+                            self._unavailable(
+                                ns_plan,
+                                replica_idx,
+                                len(indices),
+                                pids[k],
+                                pnids[k],
+                                size,
+                                memory=mm,
+                            )
+                            skipped.append(k)
+                            continue
+                        warning = MEMORY_BUDGET_INSUFFICIENT
+                        _note(
+                            notes,
+                            warning,
+                            f"Node {node_ids[chosen]} has the unclaimed storage for project "
+                            f"{pids[k]} (size {size}) but not its estimated memory "
+                            f"({mm} bytes requested, {_show(mem[chosen])} available), and no "
+                            "usable node has both; the project opened index "
+                            f"{len(indices)} there by the disk-only rule",
+                        )
+                    position = chosen
+            if log is not None:
+                self.decisions.append(
+                    Decision(
+                        NEW_INDEX,
+                        namespace_id,
+                        replica_idx,
+                        len(indices),
+                        pids[k],
+                        pnids[k],
+                        {DISK: size, MEMORY: mm},
+                        position,
+                        exhausted.frozen(),
+                        None,
+                        exhausted.frozen_memory(),
+                        cause,
+                        warning,
+                    )
+                )
+            max_bytes = disk[position]
+            ceiling = ceilings[position]
+            shown_ceiling = None if ceiling == _INF else ceiling
+            if last is None:
+                index = PlannedIndex(
+                    node_ids[position], namespace_id, None, None, 0, max_bytes, 0, shown_ceiling
+                )
+                first_pos = position
+            else:
+                last.required_storage_bytes = last_req
+                last.estimated_memory_bytes = last_mem
+                last.project_namespace_id_to = last_to
+                index = PlannedIndex(
+                    node_ids[position],
+                    namespace_id,
+                    last_to + 1,
+                    None,
+                    0,
+                    max_bytes,
+                    0,
+                    shown_ceiling,
+                )
+                if position == first_pos:
+                    errors.append(
+                        PlanIssue(
+                            namespace_id,
+                            replica_idx,
+                            NODE_REUSED_IN_NAMESPACE,
+                            f"Index {len(indices)} of replica {replica_idx} is planned on node "
+                            f"{node_ids[position]}, which already holds index 0 of this "
+                            "replica; provisioning would violate the unique "
+                            "(enabled namespace, node) index",
+                        )
+                    )
+                exhausted.add(position)
+                gated = True
+            indices.append(index)
+            self.node_indices[position].append(index)
+            if undo_appends is not None:
+                undo_appends.append(position)
+            last = index
+            last_pos = position
+            last_max = max_bytes
+            last_req = size
+            last_to = pnids[k]
+            last_mem = mm
+            last_mopen = mem[position]
+            if aware:
+                last_mtgt = ceiling if ceiling < last_mopen else last_mopen
+            gate_ok = -1
+
+        if last is not None:
+            last.required_storage_bytes = last_req
+            last.estimated_memory_bytes = last_mem
+            last.project_namespace_id_to = None
+            write(last_pos, last_max - last_req)
+            write_mem(last_pos, last_mopen - last_mem)
+            if more:
+                exhausted.add(first_pos)
+        ns_plan.replicas.append(ReplicaPlan(indices))
+        if notes:
+            self._warn(ns_plan, replica_idx, indices, notes)
+        if skipped or stop < n:
+            self._largest_of_partial(data, skipped, stop)
+        else:
+            largest_disk, largest_memory = data.largest()
+            if largest_disk > self.ns_largest[0]:
+                self.ns_largest[0] = largest_disk
+            if largest_memory > self.ns_largest[1]:
+                self.ns_largest[1] = largest_memory
+        return steered
+
+    def _memory_limit(
+        self,
+        data: _Projects,
+        k: int,
+        last_pos: int,
+        first_pos: int,
+        last_mem: int,
+        last_mopen: int | float,
+        n_indices: int,
+        notes: dict[str, list],
+    ) -> tuple:
+        """Project ``k`` fits the last index on disk but not in memory: roll over, or stay.
+
+        Returns ``(_OPEN, position, cause)`` for a rollover to ``position``,
+        or ``(_JOIN, target, warning_type)``: the project stays in the last
+        index, whose memory target becomes ``target`` (infinite: no more
+        memory checks for this index, the disk-only decision from here on).
+
+        The last index's node (and the replica's first node) are excluded
+        from the replica's memory-driven choices *before* any candidate is
+        chosen (seed 1c), so a rollover never lands where the limit was hit.
+        """
+        size = data.sizes[k]
+        mm = data.mems[k]
+        pid = data.pids[k]
+        exhausted = self.exhausted
+        node_ids = self.node_ids
+        # How many more indices the cap allows without GitLab's cap error
+        # (10.4: a replica at the cap fails on its next project).
+        cap_left = self.cap - n_indices - (1 if k < len(data.sizes) - 1 else 0)
+        exhausted.add_memory(last_pos)
+        exhausted.add_memory(first_pos)
+        here = f"index {n_indices - 1} on node {node_ids[last_pos]}"
+
+        if last_mem + mm > last_mopen:
+            # The node's own unclaimed memory is short (not only the ceiling).
+            if cap_left > 0:
+                position = self.fit_both.find(data.rsizes[k])
+                if position is not None:
+                    return (_OPEN, position, CAUSE_MEMORY_BUDGET)
+                if self._disk_only_choice(size) is not None:
+                    wtype = MEMORY_BUDGET_INSUFFICIENT
+                    why = "the nodes with unclaimed storage for a new index lack the memory"
+                else:
+                    wtype = MEMORY_NODE_EXHAUSTED
+                    why = (
+                        "no other node can take a new index of this replica (exhausted for "
+                        "the namespace or without the unclaimed storage)"
+                    )
+            else:
+                wtype = MEMORY_INDEX_LIMIT_REACHED
+                why = f"a new index would reach max_indices_per_replica ({self.cap})"
+            _note(
+                notes,
+                wtype,
+                f"Node {node_ids[last_pos]} has {_show(last_mopen - last_mem)} bytes of unclaimed "
+                f"memory left, less than project {pid} needs ({mm} bytes estimated), and {why}; "
+                f"the project and the rest of the replica stay in {here} past the node's "
+                "memory budget (disk-only decision)",
+            )
+            return (_JOIN, _INF, wtype)
+
+        # The index's memory limit binds. Which nodes could take a new index?
+        disk = self.disk
+        mem = self.mem
+        positions = exhausted.positions
+        memory_only = exhausted.memory_only
+        first = -1
+        usable = 0
+        for p in range(len(disk)):
+            if disk[p] >= size and mem[p] >= mm and p not in positions and p not in memory_only:
+                usable += 1
+                if first < 0:
+                    first = p
+        allowed = cap_left if cap_left > 0 else 0
+        more = usable if usable < allowed else allowed
+        left = data.suffix(k)
+        ceiling = self.ceilings[last_pos]
+        if more > 0 and left <= more * ceiling:
+            return (_OPEN, first, CAUSE_MEMORY_CEILING)
+        # The limit cannot be kept for the rest of the replica.
+        if allowed < usable:
+            wtype = MEMORY_INDEX_LIMIT_REACHED
+            why = f"max_indices_per_replica ({self.cap}) allows only {more} more index(es)"
+        elif usable == 0 and self._disk_only_choice(size) is not None:
+            wtype = MEMORY_BUDGET_INSUFFICIENT
+            why = "the nodes with unclaimed storage for a new index lack the memory"
+        else:
+            wtype = MEMORY_NODE_EXHAUSTED
+            why = (
+                f"only {usable} other node(s) can take a new index of this replica (the others "
+                "are exhausted for the namespace or without the room)"
+            )
+        head = (
+            f"{here} reached its max_memory_bytes ({ceiling}) at project {pid}; the rest of "
+            f"the replica needs {left} bytes of estimated memory and {why}"
+        )
+        if more == 0:
+            _note(
+                notes,
+                wtype,
+                f"{head}, so the rest stays in {here} past its max_memory_bytes "
+                "(disk-only decision)",
+            )
+            return (_JOIN, _INF, wtype)
+        share = -(-(last_mem + left) // (more + 1))
+        target = share if share < last_mopen else last_mopen
+        if last_mem + mm <= target:
+            _note(
+                notes,
+                wtype,
+                f"{head}, so the last {more + 1} indices are balanced at about {share} bytes "
+                "each instead, past max_memory_bytes",
+            )
+            return (_JOIN, target, wtype)
+        return (_OPEN, first, CAUSE_MEMORY_CEILING)
+
+    def _disk_only_choice(self, size: int) -> int | None:
+        """The first candidate with the disk room that the namespace may still use.
+
+        Like find_best_node by disk alone, but also skipping the nodes a
+        memory-driven split excluded (a new index there would share a node
+        with the replica).
+        """
+        first_fit = self.first_fit
+        memory_only = self.exhausted.memory_only
+        position = first_fit.find(size)
+        blocked = []
+        while position is not None and position in memory_only:
+            first_fit.block(position)
+            blocked.append(position)
+            position = first_fit.find(size)
+        for p in blocked:
+            first_fit.unblock(p)
+        return position
+
+    def _warn(
+        self,
+        ns_plan: NamespacePlan,
+        replica_idx: int,
+        indices: list[PlannedIndex],
+        notes: dict[str, list],
+    ) -> None:
+        """One warning per memory warning type and replica, in order of first occurrence."""
+        over = [
+            f"index {i} on node {index.node_id} ({index.estimated_memory_bytes} bytes "
+            f"estimated, max_memory_bytes {index.max_memory_bytes})"
+            for i, index in enumerate(indices)
+            if index.max_memory_bytes is not None
+            and (index.estimated_memory_bytes or 0) > index.max_memory_bytes
+        ]
+        for wtype, (details, count) in notes.items():
+            text = details
+            if count > 1:
+                text += f" ({count} such decisions in this replica)"
+            if over and wtype != MEMORY_BUDGET_INSUFFICIENT:
+                text += ". Over max_memory_bytes: " + ", ".join(over)
+            ns_plan.warnings.append(PlanIssue(ns_plan.namespace_id, replica_idx, wtype, text))
+
+    def _largest_of_partial(self, data: _Projects, skipped: list[int], stop: int) -> None:
+        """The largest placed project of a replica that did not place every project."""
+        refused = set(skipped)
+        for k in range(stop):
+            if k not in refused:
+                if data.sizes[k] > self.ns_largest[0]:
+                    self.ns_largest[0] = data.sizes[k]
+                if data.mems[k] > self.ns_largest[1]:
+                    self.ns_largest[1] = data.mems[k]
+
     def _unavailable(
         self,
         ns_plan: NamespacePlan,
@@ -373,7 +1122,15 @@ class _Run:
         size: int,
         *,
         fits_last_index_node_id: int | None = None,
+        exhausted: frozenset[int] | None = None,
+        memory: int | None = None,
     ) -> None:
+        """A ``node_unavailable`` error (GitLab's). The keywords are the memory dimension's.
+
+        ``exhausted``: the set the failed search used (GitLab's disk set for
+        its own searches); ``memory``: the search also asked for this much
+        memory (then the full set, memory exclusions included, applied).
+        """
         ns_plan.errors.append(
             PlanIssue(
                 ns_plan.namespace_id,
@@ -383,20 +1140,37 @@ class _Run:
             )
         )
         if self.log is not None:
-            self.decisions.append(
-                Decision(
-                    NO_NODE,
-                    ns_plan.namespace_id,
-                    replica_idx,
-                    index_idx,
-                    project_id,
-                    project_namespace_id,
-                    {DISK: size},
-                    None,
-                    self.exhausted.frozen(),
-                    fits_last_index_node_id,
+            if memory is None:
+                self.decisions.append(
+                    Decision(
+                        NO_NODE,
+                        ns_plan.namespace_id,
+                        replica_idx,
+                        index_idx,
+                        project_id,
+                        project_namespace_id,
+                        {DISK: size},
+                        None,
+                        self.exhausted.frozen() if exhausted is None else exhausted,
+                        fits_last_index_node_id,
+                    )
                 )
-            )
+            else:
+                self.decisions.append(
+                    Decision(
+                        NO_NODE,
+                        ns_plan.namespace_id,
+                        replica_idx,
+                        index_idx,
+                        project_id,
+                        project_namespace_id,
+                        {DISK: size, MEMORY: memory},
+                        None,
+                        self.exhausted.frozen(),
+                        fits_last_index_node_id,
+                        self.exhausted.frozen_memory(),
+                    )
+                )
 
     def _empty_replica(self, ns_plan: NamespacePlan, replica_idx: int) -> None:
         """One index with no projects on the roomiest usable node (first on ties)."""
@@ -433,6 +1207,11 @@ class _Run:
             )
             return
         index = PlannedIndex(self.node_ids[best], ns_plan.namespace_id, None, None, 0, disk[best])
+        if self.memory:
+            # No projects, no estimated memory; the node's ceiling is shown as is.
+            index.estimated_memory_bytes = 0
+            ceiling = self.ceilings[best]
+            index.max_memory_bytes = None if ceiling == _INF else ceiling
         self.node_indices[best].append(index)
         exhausted.add(best)
         ns_plan.replicas.append(ReplicaPlan([index]))
@@ -452,6 +1231,18 @@ class _Run:
             for pos, indices in enumerate(self.node_indices)
             if indices
         ]
+        bounds = None
+        if self.memory:
+            by_id = {node.id: node for node in nodes}
+            for pos, node_id in enumerate(self.node_ids):
+                if node_id in by_id:
+                    by_id[node_id].memory = NodeMemory(
+                        self.budgets[pos], _finite(self.mem_before[pos]), _finite(self.mem[pos])
+                    )
+            bounds = {
+                DISK: _bounds(self.before, self.disk, self.largest_disk),
+                MEMORY: _bounds(self.mem_before, self.mem, self.largest_memory),
+            }
         return Plan(
             create=create,
             destroy=destroy,
@@ -460,18 +1251,110 @@ class _Run:
             nodes=nodes,
             namespaces_in_order=self.plans,
             log=self.log,
+            bounds=bounds,
         )
 
 
+def _scaled(rsizes: list[int], ratio: tuple[int, int]) -> list[int]:
+    """Each size × the ratio, rounded up to whole bytes (exact integer arithmetic)."""
+    num, den = ratio
+    if den == 1:
+        return [r * num for r in rsizes]
+    return [-(-r * num // den) for r in rsizes]
+
+
+def _finite(value: int | float) -> int | None:
+    return None if value == _INF else int(value)
+
+
+def _show(value: int | float) -> str:
+    return "unlimited" if value == _INF else str(value)
+
+
+def _note(notes: dict[str, list], wtype: str, details: str) -> None:
+    """Count a memory warning of the replica; the first occurrence's details are kept."""
+    if wtype in notes:
+        notes[wtype][1] += 1
+    else:
+        notes[wtype] = [details, 1]
+
+
+def _bounds(
+    before: list[int] | list[int | float],
+    after: list[int] | list[int | float],
+    largest: int,
+) -> dict[str, float | None]:
+    """How far the plan's busiest node is from the best achievable, in one dimension.
+
+    The capacity of a node is what it had unclaimed at the start of the run
+    (infinite for a node without a memory budget); what the run claimed is
+    before − after. ``lower_bound`` = max(total claimed / total positive
+    capacity, largest placed project / largest capacity): no placement of
+    the same projects can keep every node below it. ``max_utilization`` =
+    max over nodes of claimed / capacity. ``ratio`` = max_utilization /
+    lower_bound; with a zero bound it is 1 when nothing was claimed and
+    ``None`` (unbounded) otherwise; ``None`` too when a node took bytes it
+    did not have room for (capacity ≤ 0, infinite utilisation). Rounded to
+    six decimals after the ratio is computed.
+    """
+    demand = 0
+    total = 0
+    biggest = 0
+    unlimited = False
+    utilization: float | None = 0.0
+    for have, left in zip(before, after, strict=True):
+        if have == _INF:
+            unlimited = True
+            continue
+        claimed = have - left
+        demand += claimed
+        if have > 0:
+            total += have
+            if have > biggest:
+                biggest = have
+            if utilization is not None and claimed / have > utilization:
+                utilization = claimed / have
+        elif claimed > 0:
+            utilization = None
+    lower: float | None
+    if unlimited or demand == 0:
+        lower = 0.0
+    elif total == 0:
+        lower = None
+    else:
+        lower = max(demand / total, largest / biggest)
+    ratio: float | None
+    if lower is None or utilization is None:
+        ratio = None
+    elif lower == 0:
+        ratio = 1.0 if utilization == 0 else None
+    else:
+        ratio = utilization / lower
+    return {
+        "lower_bound": None if lower is None else round(lower, 6),
+        "max_utilization": None if utilization is None else round(utilization, 6),
+        "ratio": None if ratio is None else round(ratio, 6),
+    }
+
+
 class _Exhausted:
-    """One namespace plan's exhausted positions, mirrored as blocks in the first-fit tree."""
+    """One namespace plan's exhausted positions, mirrored as blocks in the first-fit tree.
 
-    __slots__ = ("_frozen", "first_fit", "positions")
+    ``positions`` is GitLab's set (it blocks the disk tree). With the memory
+    dimension, ``memory_only`` holds the nodes a memory-driven split
+    excluded that GitLab's bookkeeping has not (yet): the memory-aware tree
+    (``both``) is blocked at both sets, the disk tree only at GitLab's.
+    """
 
-    def __init__(self, first_fit: _FirstFit) -> None:
+    __slots__ = ("_frozen", "_frozen_memory", "both", "first_fit", "memory_only", "positions")
+
+    def __init__(self, first_fit: _FirstFit, both: _FitBoth | None = None) -> None:
         self.first_fit = first_fit
+        self.both = both
         self.positions: set[int] = set()
+        self.memory_only: set[int] = set()
         self._frozen: frozenset[int] | None = frozenset()
+        self._frozen_memory: frozenset[int] | None = frozenset()
 
     def __contains__(self, position: int) -> bool:
         return position in self.positions
@@ -480,17 +1363,55 @@ class _Exhausted:
         if position not in self.positions:
             self.positions.add(position)
             self.first_fit.block(position)
+            if self.both is not None:
+                if position in self.memory_only:
+                    self.memory_only.discard(position)
+                    self._frozen_memory = None
+                else:
+                    self.both.block(position)
             self._frozen = None
 
+    def add_memory(self, position: int) -> None:
+        """Exclude a node from the namespace's memory-aware choices (not from GitLab's)."""
+        if position < 0 or position in self.positions or position in self.memory_only:
+            return
+        assert self.both is not None
+        self.memory_only.add(position)
+        self.both.block(position)
+        self._frozen = None
+        self._frozen_memory = None
+
     def frozen(self) -> frozenset[int]:
+        """Every excluded position (GitLab's and the memory-only ones)."""
         if self._frozen is None:
-            self._frozen = frozenset(self.positions)
+            self._frozen = frozenset(self.positions | self.memory_only)
         return self._frozen
+
+    def frozen_memory(self) -> frozenset[int]:
+        if self._frozen_memory is None:
+            self._frozen_memory = frozenset(self.memory_only)
+        return self._frozen_memory
+
+    def frozen_disk(self) -> frozenset[int]:
+        """GitLab's set alone (what its disk-only searches skip)."""
+        if not self.memory_only:
+            return self.frozen()
+        return frozenset(self.positions)
 
     def release(self) -> None:
         """The namespace is planned: its exhausted nodes are candidates again."""
+        both = self.both
         if self.positions:
             for position in self.positions:
                 self.first_fit.unblock(position)
+                if both is not None:
+                    both.unblock(position)
             self.positions.clear()
             self._frozen = frozenset()
+        if self.memory_only:
+            assert both is not None
+            for position in self.memory_only:
+                both.unblock(position)
+            self.memory_only.clear()
+            self._frozen = frozenset()
+            self._frozen_memory = frozenset()

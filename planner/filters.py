@@ -10,7 +10,8 @@ These functions are the definition of the rules. ``planner.core`` applies
 the same rules through faster bookkeeping (its test suite checks that it
 chooses exactly what these checks choose), and ``planner.explain`` uses them
 to say why each candidate was passed over. Capacities are per dimension
-(``{"disk": bytes}``) so another dimension slots in as another key.
+(``{"disk": bytes, "memory": bytes}``); a node without a memory budget has
+``None`` available memory, which means "no limit" (never a rejection).
 
 "How good is it here?" is separate: GitLab's find_best_node takes the
 *first* node that passes (first fit in candidate order), and the empty
@@ -24,13 +25,18 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from planner.scenario import DISK
+from planner.scenario import DISK, MEMORY
 
 #: The node already holds an index of this namespace planned in this run, in
 #: GitLab's (per namespace) exhausted set.
 EXHAUSTED = "exhausted"
+#: Memory dimension: the node is excluded from this namespace's memory-driven
+#: placement because it already holds one of the replica's indices (a split
+#: left it when its memory limit was hit, or it holds the replica's first
+#: index) though GitLab's disk bookkeeping has not exhausted it (yet).
+MEMORY_EXHAUSTED = "memory_exhausted"
 #: The node has less available than requested in one dimension.
-INSUFFICIENT = {DISK: "insufficient_unclaimed_storage"}
+INSUFFICIENT = {DISK: "insufficient_unclaimed_storage", MEMORY: "insufficient_unclaimed_memory"}
 #: Empty replicas avoid nodes whose unclaimed storage is negative.
 NEGATIVE_UNCLAIMED = "negative_unclaimed_storage"
 
@@ -55,6 +61,8 @@ class Rejection:
     def describe(self) -> str:
         if self.reason == EXHAUSTED:
             return "exhausted (already used by this namespace's plan)"
+        if self.reason == MEMORY_EXHAUSTED:
+            return "exhausted for the memory-driven split (holds an index of this replica)"
         if self.reason == NEGATIVE_UNCLAIMED:
             return f"negative unclaimed storage ({self.available:,} bytes)"
         if self.dimension is not None:
@@ -64,25 +72,38 @@ class Rejection:
 
 
 def fit_rejections(
-    node_id: int, requested: Mapping[str, int], available: Mapping[str, int]
+    node_id: int, requested: Mapping[str, int], available: Mapping[str, int | None]
 ) -> list[Rejection]:
-    """One rejection per dimension where the node has less than requested."""
-    return [
-        Rejection(node_id, INSUFFICIENT[dim], dim, amount, available[dim])
-        for dim, amount in requested.items()
-        if available[dim] < amount
-    ]
+    """One rejection per dimension where the node has less than requested.
+
+    ``None`` available means the node has no limit in that dimension.
+    """
+    out = []
+    for dim, amount in requested.items():
+        have = available[dim]
+        if have is not None and have < amount:
+            out.append(Rejection(node_id, INSUFFICIENT[dim], dim, amount, have))
+    return out
 
 
 def candidate_rejections(
     node_id: int,
     requested: Mapping[str, int],
-    available: Mapping[str, int],
+    available: Mapping[str, int | None],
     *,
     exhausted: bool,
+    memory_exhausted: bool = False,
 ) -> list[Rejection]:
-    """GitLab's find_best_node test: not exhausted, and room in every dimension."""
-    reasons = [Rejection(node_id, EXHAUSTED)] if exhausted else []
+    """GitLab's find_best_node test: not exhausted, and room in every dimension.
+
+    With the memory dimension, ``requested`` also has ``memory`` and a node
+    may be exhausted for the namespace's memory-driven split only
+    (``memory_exhausted``, reported as its own reason).
+    """
+    if memory_exhausted:
+        reasons = [Rejection(node_id, MEMORY_EXHAUSTED)]
+    else:
+        reasons = [Rejection(node_id, EXHAUSTED)] if exhausted else []
     reasons.extend(fit_rejections(node_id, requested, available))
     return reasons
 
@@ -102,18 +123,20 @@ class Candidate:
     """A node as the checks see it: its id and what it has left per dimension."""
 
     node_id: int
-    available: Mapping[str, int]
+    available: Mapping[str, int | None]
 
 
 def first_fit(
     candidates: Sequence[Candidate],
     requested: Mapping[str, int],
     exhausted: Collection[int],
+    memory_exhausted: Collection[int] = (),
 ) -> tuple[int | None, list[Rejection]]:
     """The first candidate (position) that passes, and why each earlier one did not.
 
-    ``exhausted`` holds node ids. Without a passing candidate the position is
-    ``None`` and the rejections cover every candidate.
+    ``exhausted`` (and ``memory_exhausted``) hold node ids. Without a passing
+    candidate the position is ``None`` and the rejections cover every
+    candidate.
     """
     passed_over: list[Rejection] = []
     for position, candidate in enumerate(candidates):
@@ -122,6 +145,7 @@ def first_fit(
             requested,
             candidate.available,
             exhausted=candidate.node_id in exhausted,
+            memory_exhausted=candidate.node_id in memory_exhausted,
         )
         if not reasons:
             return position, passed_over

@@ -15,6 +15,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from planner.scenario import MEMORY
+
+_INF = float("inf")
+
 CREATE = "create"
 DESTROY = "destroy"
 UNCHANGED = "unchanged"
@@ -25,6 +29,23 @@ NODE_UNAVAILABLE = "node_unavailable"
 #: Ours, not GitLab's: GitLab plans this and then fails at provisioning on
 #: the unique (enabled namespace, node) index; see docs/planner.md.
 NODE_REUSED_IN_NAMESPACE = "node_reused_in_namespace"
+
+#: Warning types of the memory dimension (docs/planner.md, "Memory"). Memory
+#: never makes an error: when it cannot be satisfied the project gets the
+#: disk-only decision and the namespace plan one of these warnings.
+#:
+#: A memory-driven split ran out of nodes that could take another index of
+#: the replica (the N-nodes/N-ways ceiling), so an index holds more than its
+#: ``max_memory_bytes``.
+MEMORY_NODE_EXHAUSTED = "memory_node_exhausted"
+#: A memory-driven split was stopped by ``max_indices_per_replica``.
+MEMORY_INDEX_LIMIT_REACHED = "memory_index_limit_reached"
+#: A node had the unclaimed storage but not the unclaimed memory, and no
+#: usable node had both: the project went where the disk-only rule puts it.
+MEMORY_BUDGET_INSUFFICIENT = "memory_budget_insufficient"
+#: The memory-aware placement of the namespace would have failed where the
+#: disk-only placement succeeds, so the disk-only placement was kept.
+MEMORY_PLACEMENT_ABANDONED = "memory_placement_abandoned"
 
 
 @dataclass(slots=True)
@@ -38,6 +59,12 @@ class PlannedIndex:
     required_storage_bytes: int
     #: The node's unclaimed bytes at the moment the planner opened this index.
     max_storage_bytes: int
+    #: Memory dimension only (``None`` when it is off, and then the keys are
+    #: not serialised): the sum of the projects' estimated memory, and the
+    #: node's ceiling (budget // concurrency_factor; ``None`` on a node
+    #: without a budget).
+    estimated_memory_bytes: int | None = None
+    max_memory_bytes: int | None = None
 
     def to_dict(self, *, with_namespace: bool = False) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -49,6 +76,9 @@ class PlannedIndex:
             "required_storage_bytes": self.required_storage_bytes,
             "max_storage_bytes": self.max_storage_bytes,
         }
+        if self.estimated_memory_bytes is not None:
+            out["estimated_memory_bytes"] = self.estimated_memory_bytes
+            out["max_memory_bytes"] = self.max_memory_bytes
         if with_namespace:
             out["namespace_id"] = self.namespace_id
         return out
@@ -102,6 +132,15 @@ class NamespacePlan:
         )
 
     @property
+    def namespace_estimated_memory_bytes(self) -> int:
+        """The estimated memory of every planned index (0 with memory off). Not serialised."""
+        return sum(
+            index.estimated_memory_bytes or 0
+            for replica in self.replicas
+            for index in replica.indices
+        )
+
+    @property
     def failed(self) -> bool:
         return bool(self.errors)
 
@@ -120,6 +159,15 @@ class NamespacePlan:
         return out
 
 
+@dataclass(frozen=True, slots=True)
+class NodeMemory:
+    """A node's memory dimension in a plan. ``None`` everywhere: the node has no budget."""
+
+    memory_budget_bytes: int | None
+    unclaimed_memory_bytes_before: int | None
+    unclaimed_memory_bytes_after: int | None
+
+
 @dataclass(slots=True)
 class NodeChange:
     """What the run did to one node (display only, as in GitLab)."""
@@ -128,6 +176,8 @@ class NodeChange:
     unclaimed_storage_bytes_before: int
     unclaimed_storage_bytes_after: int
     indices: list[PlannedIndex]
+    #: Only with the memory dimension on.
+    memory: NodeMemory | None = None
 
     @property
     def claimed_storage_bytes(self) -> int:
@@ -141,7 +191,7 @@ class NodeChange:
         # A stable sort: two indices of one namespace on one node (only in a
         # failed plan) keep the order they were planned in.
         ordered = sorted(self.indices, key=lambda index: index.namespace_id)
-        return {
+        out: dict[str, Any] = {
             "id": self.id,
             "unclaimed_storage_bytes_before": self.unclaimed_storage_bytes_before,
             "unclaimed_storage_bytes_after": self.unclaimed_storage_bytes_after,
@@ -149,6 +199,11 @@ class NodeChange:
             "namespace_ids": self.namespace_ids,
             "indices": [index.to_dict(with_namespace=True) for index in ordered],
         }
+        if self.memory is not None:
+            out["memory_budget_bytes"] = self.memory.memory_budget_bytes
+            out["unclaimed_memory_bytes_before"] = self.memory.unclaimed_memory_bytes_before
+            out["unclaimed_memory_bytes_after"] = self.memory.unclaimed_memory_bytes_after
+        return out
 
 
 class Decision(NamedTuple):
@@ -162,11 +217,21 @@ class Decision(NamedTuple):
       error); ``fits_last_index_node_id`` is set when the project would have
       fitted the replica's last index and only GitLab's gate refused it;
     * ``empty_replica``: the index of an empty replica on the candidate with
-      the most unclaimed storage (``node_position``), or none (``None``).
+      the most unclaimed storage (``node_position``), or none (``None``);
+    * ``memory_overflow`` (memory dimension): project ``project_id`` stayed
+      in index ``index_idx`` on ``node_position`` although it exceeds that
+      index's memory limit, because no other node could take a new index of
+      the replica (or the split was balanced, ``warning`` says which); the
+      first such project of each index is recorded.
 
     ``exhausted`` holds the candidate positions the namespace could not use
-    at that moment. What each candidate had available then is not copied
-    into the record (that would cost a copy of every node per decision); the
+    at that moment; ``memory_exhausted`` the subset excluded only because a
+    memory-driven split already used them. ``cause`` says why a new index
+    opened (``first``, ``disk``, ``memory_ceiling``, ``memory_budget``) and
+    ``warning`` names the memory warning a degraded decision raised.
+
+    What each candidate had available then is not copied into the record
+    (that would cost a copy of every node per decision); the
     ``DecisionLog`` keeps every change instead and answers ``available``.
     A tuple rather than a dataclass: a run may write a million of them.
     """
@@ -181,6 +246,9 @@ class Decision(NamedTuple):
     node_position: int | None
     exhausted: frozenset[int]
     fits_last_index_node_id: int | None = None
+    memory_exhausted: frozenset[int] = frozenset()
+    cause: str | None = None
+    warning: str | None = None
 
 
 @dataclass(slots=True)
@@ -194,13 +262,21 @@ class DecisionLog:
     #: count at the time) and values of every change, oldest first.
     history: dict[str, list[tuple[list[int], list[int]]]] = field(default_factory=dict)
 
-    def available(self, sequence: int, position: int) -> dict[str, int]:
-        """What the candidate at ``position`` had when decision ``sequence`` was made."""
-        out = {}
+    def available(self, sequence: int, position: int) -> dict[str, int | None]:
+        """What the candidate at ``position`` had when decision ``sequence`` was made.
+
+        ``None`` in the memory dimension: the node has no budget (no limit).
+        """
+        out: dict[str, int | None] = {}
         for dim, per_node in self.history.items():
             sequences, values = per_node[position]
-            out[dim] = values[bisect_right(sequences, sequence) - 1]
+            value = values[bisect_right(sequences, sequence) - 1]
+            out[dim] = None if value == _INF else value
         return out
+
+    @property
+    def memory(self) -> bool:
+        return MEMORY in self.history
 
 
 @dataclass(slots=True)
@@ -215,13 +291,16 @@ class Plan:
     #: ``planner.explain`` reads.
     namespaces_in_order: list[NamespacePlan] = field(default_factory=list)
     log: DecisionLog | None = None
+    #: Memory dimension only: ``{"disk": {...}, "memory": {...}}``, each with
+    #: ``lower_bound``, ``max_utilization`` and ``ratio`` (docs/planner.md).
+    bounds: dict[str, dict[str, float | None]] | None = None
 
     @property
     def total_required_storage_bytes(self) -> int:
         return sum(ns.namespace_required_storage_bytes for ns in self.create)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "total_required_storage_bytes": self.total_required_storage_bytes,
             "create": [ns.to_dict() for ns in self.create],
             "destroy": [ns.to_dict() for ns in self.destroy],
@@ -229,6 +308,9 @@ class Plan:
             "nodes": [node.to_dict() for node in self.nodes],
             "failures": [ns.to_dict() for ns in self.failures],
         }
+        if self.bounds is not None:
+            out["bounds"] = {dim: dict(values) for dim, values in self.bounds.items()}
+        return out
 
     def to_json(self, *, indent: int | None = 2) -> str:
         return dumps(self.to_dict(), indent=indent)

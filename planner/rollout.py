@@ -80,6 +80,9 @@ class RolloutResult:
     plan: Plan | None = None
     #: Seconds per phase: cleanup, select, load, plan, log, apply, reselect.
     seconds: dict[str, float] = field(default_factory=dict)
+    #: Project rows loaded and the cursor round trips it took.
+    projects_loaded: int = 0
+    project_fetches: int = 0
 
     @property
     def message(self) -> str:
@@ -161,34 +164,45 @@ class RolloutService:
             result.outcome, result.re_enqueue = Outcome.NO_CHANGES, should_re_enqueue
         return self._done(result)
 
-    def preview(self, batch_size: int = DEFAULT_MAX_BATCH_SIZE) -> RolloutResult:
-        """What the next run would plan, with its clean-up rolled back; nothing is logged."""
+    def preview(
+        self, batch_size: int = DEFAULT_MAX_BATCH_SIZE, *, plan_anyway: bool = False
+    ) -> RolloutResult:
+        """What the next run would plan, with its clean-up rolled back; nothing is logged.
+
+        With ``plan_anyway`` the scenario is loaded and planned even when the
+        run would stop early (no namespaces, no nodes); ``outcome`` still says
+        it would stop.
+        """
         result = RolloutResult(Outcome.DRY_RUN, dry_run=True)
         with transaction.atomic():
             with self._phase(result, "cleanup"):
                 result.replicas_without_indices_deleted = delete_replicas_without_indices()
-            self._plan(result, batch_size)
+            self._plan(result, batch_size, stop_early=not plan_anyway)
             transaction.set_rollback(True)
         return self._done(result)
 
     # ------------------------------------------------------------------ #
 
-    def _plan(self, result: RolloutResult, batch_size: int) -> bool:
+    def _plan(self, result: RolloutResult, batch_size: int, *, stop_early: bool = True) -> bool:
         """Select, load and plan into ``result``; False when there is nothing to plan."""
         with self._phase(result, "select"):
             result.pool = SelectionService(batch_size).execute()
         if not result.pool.namespaces:
             result.outcome = Outcome.NO_ENABLED_NAMESPACES
-            return False
-        if not result.pool.nodes:
+        elif not result.pool.nodes:
             result.outcome = Outcome.NO_AVAILABLE_NODES
+        else:
+            stop_early = False
+        if stop_early:
             return False
         with self._phase(result, "load"):
-            result.scenario = ScenarioLoader(
+            loader = ScenarioLoader(
                 result.pool,
                 max_indices_per_replica=self.max_indices_per_replica,
                 progress=self.load_progress,
-            ).load()
+            )
+            result.scenario = loader.load()
+        result.projects_loaded, result.project_fetches = loader.projects_loaded, loader.fetches
         with self._phase(result, "plan"):
             result.plan = make_plan(
                 parse_scenario(result.scenario), record_decisions=self.record_decisions

@@ -34,11 +34,18 @@ REPLICA_STATES: Mapping[str, int] = {"pending": 0, "ready": 10}
 DEFAULT_BUFFER_FACTOR = 3
 DEFAULT_MAX_INDICES_PER_REPLICA = 10
 DEFAULT_MEMORY_RATIO = 0.5
-DEFAULT_CONCURRENCY_FACTOR = 4
+#: How many namespaces' worth of memory a node should carry at once: an
+#: index may grow to ``budget / CONCURRENCY_FACTOR`` of estimated memory
+#: (``max_memory_bytes``). A constant with a stated default, overridable per
+#: scenario by ``options.memory.concurrency_factor``; the derivation of 4 is
+#: in docs/planner.md ("Memory: the concurrency factor").
+CONCURRENCY_FACTOR = 4
+DEFAULT_CONCURRENCY_FACTOR = CONCURRENCY_FACTOR
 
-#: Capacity dimensions a node carries. Only disk is planned today; memory is
-#: parsed and kept for the memory-aware change.
+#: Capacity dimensions a node carries. Disk is always planned; memory only
+#: when some node has a memory budget (``Scenario.memory_on``).
 DISK = "disk"
+MEMORY = "memory"
 
 ROOT = "scenario"
 
@@ -59,11 +66,38 @@ class ScenarioError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class MemoryOptions:
-    """``options.memory``: parsed and kept; not used by the disk-only planner."""
+    """``options.memory``: the memory dimension's settings (docs/planner.md, "Memory").
+
+    ``node_memory_budget_bytes`` is the configured per-node budget (source A),
+    used by every node without a budget of its own; unset (the default) it
+    leaves the memory dimension off unless some node carries its own budget.
+    """
 
     node_memory_budget_bytes: int | None = None
     memory_ratio: int | float = DEFAULT_MEMORY_RATIO
     concurrency_factor: int | float = DEFAULT_CONCURRENCY_FACTOR
+
+    def estimate(self, repository_size: int) -> int:
+        """A project's estimated resident memory: ``repository_size × memory_ratio``.
+
+        Not multiplied by ``buffer_factor``. The ratio is taken at its shortest
+        decimal form (``0.1`` is exactly 1/10) and the product rounded *up* to
+        whole bytes, as scaled sizes are; an index's estimate is the sum of its
+        projects' estimates.
+        """
+        num, den = _factor_ratio(self.memory_ratio)
+        if den == 1:
+            return repository_size * num
+        return -(-repository_size * num // den)
+
+    def ceiling(self, budget: int) -> int:
+        """``max_memory_bytes`` for an index on a node with this budget.
+
+        ``budget / concurrency_factor`` rounded *down* (the factor at its
+        shortest decimal form), so the ceiling never exceeds the exact quotient.
+        """
+        num, den = _factor_ratio(self.concurrency_factor)
+        return budget * den // num
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,8 +138,16 @@ class ProcessHealth:
 class Node:
     id: int
     unclaimed_storage_bytes: int
+    #: The node's own memory budget (source B, filled by the loader only when
+    #: the node reports a limit and passes the version gate); ``None`` takes
+    #: ``options.memory.node_memory_budget_bytes``.
     memory_budget_bytes: int | None = None
     process_health: ProcessHealth | None = None
+    #: An extension of the contract: the estimated memory of the indices the
+    #: node already holds (the sum of their ``estimated_memory_bytes``), the
+    #: memory counterpart of the disk reservations already netted out of
+    #: ``unclaimed_storage_bytes``. ``None`` is 0. Not observed RSS.
+    reserved_memory_bytes: int | None = None
 
     @property
     def capacities(self) -> dict[str, int]:
@@ -147,6 +189,17 @@ class Scenario:
     options: Options
     nodes: tuple[Node, ...]
     namespaces: tuple[Namespace, ...]
+
+    def memory_budget(self, node: Node) -> int | None:
+        """The node's memory budget: its own, else the configured one, else none."""
+        if node.memory_budget_bytes is not None:
+            return node.memory_budget_bytes
+        return self.options.memory.node_memory_budget_bytes
+
+    @property
+    def memory_on(self) -> bool:
+        """The memory dimension is on when any node ends up with a budget."""
+        return any(self.memory_budget(node) is not None for node in self.nodes)
 
     @classmethod
     def from_dict(cls, data: Any) -> Scenario:
@@ -274,7 +327,13 @@ def _parse_memory_options(value: Any, path: str) -> MemoryOptions:
     )
 
 
-_NODE_KEYS = ("id", "unclaimed_storage_bytes", "memory_budget_bytes", "process_health")
+_NODE_KEYS = (
+    "id",
+    "unclaimed_storage_bytes",
+    "memory_budget_bytes",
+    "process_health",
+    "reserved_memory_bytes",
+)
 
 
 def _parse_nodes(value: Any, path: str) -> tuple[Node, ...]:
@@ -296,7 +355,8 @@ def _parse_nodes(value: Any, path: str) -> tuple[Node, ...]:
         unclaimed = _int(obj["unclaimed_storage_bytes"], f"{p}.unclaimed_storage_bytes")
         budget = _optional_int(obj.get("memory_budget_bytes"), f"{p}.memory_budget_bytes")
         health = _parse_process_health(obj.get("process_health"), f"{p}.process_health")
-        nodes.append(Node(node_id, unclaimed, budget, health))
+        reserved = _optional_int(obj.get("reserved_memory_bytes"), f"{p}.reserved_memory_bytes")
+        nodes.append(Node(node_id, unclaimed, budget, health, reserved))
     return tuple(nodes)
 
 

@@ -820,6 +820,7 @@ SETTINGS_FIELDSETS = (
                 "zoekt_indexing_parallelism",
                 "zoekt_indexing_timeout",
                 "zoekt_force_reindexing_percentage",
+                "zoekt_node_level_eviction_enabled",
             )
         },
     ),

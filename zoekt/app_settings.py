@@ -76,6 +76,7 @@ class ZoektSettings:
     rollout_retry_interval_seconds: int | None = 86400
     default_number_of_replicas: int = 1
     max_restarts_15m: int = 1
+    node_level_eviction_enabled: bool = False
 
     @property
     def indexing_timeout(self) -> str:
@@ -111,6 +112,7 @@ def from_row(row) -> ZoektSettings:
         ),
         default_number_of_replicas=row.zoekt_default_number_of_replicas,
         max_restarts_15m=row.zoekt_max_restarts_15m,
+        node_level_eviction_enabled=row.zoekt_node_level_eviction_enabled,
     )
 
 

@@ -22,6 +22,40 @@ class LockKey(enum.IntEnum):
     REFRESH_BUFFER_FACTOR = 2
     CATALOG_UPSERT = 3
     ROLLOUT = 4
+    # Scheduling (zoekt.scheduling): one key per scheduled task of GitLab's SchedulingService.
+    # ``update_replica_states`` shares UPDATE_REPLICA_STATES with its standalone beat job.
+    SCHEDULING_AUTO_INDEX_SELF_MANAGED = 5
+    SCHEDULING_EVICTION = 6
+    SCHEDULING_FORCE_UPDATE_OVERPROVISIONED_INDEX = 7
+    SCHEDULING_INDEX_MISMATCHED_WATERMARK_CHECK = 8
+    SCHEDULING_INDEX_SHOULD_BE_MARKED_AS_ORPHANED_CHECK = 9
+    SCHEDULING_INDEX_SHOULD_BE_MARKED_AS_PENDING_EVICTION_CHECK = 10
+    SCHEDULING_INDEX_TO_DELETE_CHECK = 11
+    SCHEDULING_INDICES_TO_EVICT_CHECK = 12
+    SCHEDULING_INITIAL_INDEXING = 13
+    SCHEDULING_LOST_NODES_CHECK = 14
+    SCHEDULING_MARK_INDICES_AS_READY = 15
+    SCHEDULING_NODE_WITH_NEGATIVE_UNCLAIMED_STORAGE_BYTES_CHECK = 16
+    SCHEDULING_REPO_SHOULD_BE_MARKED_AS_ORPHANED_CHECK = 17
+    SCHEDULING_REPO_TO_INDEX_CHECK = 18
+    SCHEDULING_REPO_TO_REINDEX_CHECK = 19
+    SCHEDULING_REPO_TO_DELETE_CHECK = 20
+    SCHEDULING_UPDATE_INDEX_USED_BYTES = 21
+    SCHEDULING_UPDATE_INDEX_USED_STORAGE_BYTES = 22
+    # Scheduling events (zoekt.scheduling.events): one key per event job that works on a
+    # global scope. Per-row events claim their row instead (see the module).
+    EVENT_INDEX_REPOS = 23
+    EVENT_REINDEX_REPOS = 24
+    EVENT_DELETE_REPOS = 25
+    EVENT_ORPHAN_REPOS = 26
+    EVENT_ORPHAN_INDICES = 27
+    EVENT_MARK_INDICES_PENDING_EVICTION = 28
+    EVENT_EVICT_INDICES = 29
+    EVENT_MARK_INDICES_READY = 30
+    EVENT_DELETE_INDICES = 31
+    EVENT_UPDATE_INDEX_USED_STORAGE_BYTES = 32
+    EVENT_SHRINK_OVERPROVISIONED_INDICES = 33
+    EVENT_EVICT_OVERCOMMITTED_NODES = 34
 
 
 @contextlib.contextmanager
@@ -42,3 +76,23 @@ def advisory_xact_lock(key: LockKey) -> None:
     """Wait for a transaction-scoped advisory lock; call inside ``transaction.atomic``."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [_KEY_SPACE, int(key)])
+
+
+@contextlib.contextmanager
+def try_advisory_session_lock(key: LockKey) -> Iterator[bool]:
+    """Hold a session-level advisory lock if it is free, without opening a transaction.
+
+    For jobs made of many short transactions (each one locking a node row, say),
+    where one transaction around the whole job would hold those row locks for
+    its whole length. The lock is released when the block ends, and by
+    PostgreSQL if the connection goes away first.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", [_KEY_SPACE, int(key)])
+        (acquired,) = cursor.fetchone()
+    try:
+        yield bool(acquired)
+    finally:
+        if acquired:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [_KEY_SPACE, int(key)])

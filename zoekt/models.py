@@ -832,6 +832,12 @@ class ApplicationSetting(ClockStampedModel):
     zoekt_default_number_of_replicas = models.IntegerField(
         "Number of replicas per namespace", default=1
     )
+    zoekt_node_level_eviction_enabled = models.BooleanField(
+        "Evict namespaces from nodes above the high disk watermark (legacy)",
+        default=False,
+        help_text="GitLab's SaaS-only node-level eviction: every 5 minutes, nodes at 75 % disk "
+        "or more lose the replicas of their smallest namespaces until they are under 60 %.",
+    )
     updated_at = models.DateTimeField(default=clock.now, editable=False)
 
     class Meta:

@@ -6,4 +6,11 @@ Every entry expires after its own interval.
 
 from __future__ import annotations
 
-SCHEDULING_BEAT: dict[str, dict] = {}
+SCHEDULING_BEAT: dict[str, dict] = {
+    # GitLab's search_zoekt_scheduling_worker cron (every minute): one job per scheduled task.
+    "scheduling": {
+        "task": "zoekt.scheduling",
+        "schedule": 60.0,
+        "options": {"expires": 60},
+    },
+}

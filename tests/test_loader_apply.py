@@ -1,0 +1,531 @@
+"""The database becomes a scenario (loader), and a plan becomes rows (apply, reference 5.4)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.core.cache import cache
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from planner.apply import ProvisioningService, index_metadata
+from planner.core import plan_dict
+from planner.loader import load_scenario, process_health
+from planner.scenario import parse_scenario
+from planner.selection import SelectionService
+from tests.factories import (
+    EnabledNamespaceFactory,
+    GroupFactory,
+    IndexFactory,
+    NodeFactory,
+    ProjectFactory,
+    ReplicaFactory,
+    ReplicalessIndexFactory,
+)
+from zoekt import buffer_factor
+from zoekt.models import EnabledNamespace, Index, Namespace, Node, Replica
+
+pytestmark = pytest.mark.django_db
+
+
+def node(unclaimed: int, **kwargs) -> Node:
+    """An online search node with ``unclaimed`` usable bytes and nothing reserved."""
+    return NodeFactory(total_bytes=unclaimed, used_bytes=0, indexed_bytes=0, **kwargs)
+
+
+def enabled_group(*sizes: int | None, **kwargs) -> tuple[EnabledNamespace, list]:
+    """An enabled root group with one project per size (None: no statistics row)."""
+    group = GroupFactory()
+    namespace = EnabledNamespaceFactory(root_namespace=group, **kwargs)
+    projects = [ProjectFactory(namespace=group, repository_size=size) for size in sizes]
+    return namespace, projects
+
+
+def scenario(**options) -> dict:
+    options.setdefault("buffer_factor", 3)
+    return load_scenario(SelectionService().execute(), **options)
+
+
+def plan_now() -> dict:
+    return plan_dict(scenario())
+
+
+def rows_of(namespace: EnabledNamespace) -> tuple[int, int]:
+    return (
+        Replica.objects.filter(zoekt_enabled_namespace=namespace).count(),
+        Index.objects.filter(zoekt_enabled_namespace=namespace).count(),
+    )
+
+
+# --- loader ------------------------------------------------------------------------------------
+
+
+def test_the_loader_builds_the_contract_scenario_from_the_database(now):
+    health = {
+        "indexer": {"rss_bytes": 1},
+        "webserver": {"rss_bytes": 4096, "shards_loaded": 7, "mmap_current": 3},
+    }
+    roomy = node(5000, metadata={"name": "a", "process_health": health})
+    small = node(1000, metadata={"name": "b"})
+    first, (p1, p2) = enabled_group(100, None)
+    subgroup = GroupFactory(parent=first.root_namespace)
+    deep = ProjectFactory(namespace=subgroup, repository_size=50)
+    second, _ = enabled_group(number_of_replicas_override=2)
+    pending = ReplicaFactory(zoekt_enabled_namespace=second)
+    ready = ReplicaFactory(zoekt_enabled_namespace=second, state=Replica.State.READY)
+    third = ReplicaFactory(zoekt_enabled_namespace=second)
+    satisfied, _ = enabled_group(300)  # has its one replica: not selected
+    ReplicaFactory(zoekt_enabled_namespace=satisfied)
+    ProjectFactory(repository_size=999)  # a project of a group that is not enabled
+
+    loaded = scenario()
+
+    assert loaded == {
+        "options": {"buffer_factor": 3, "max_indices_per_replica": 10},
+        "nodes": [
+            {
+                "id": roomy.id,
+                "unclaimed_storage_bytes": 5000,
+                "process_health": {"webserver": {"rss_bytes": 4096, "shards_loaded": 7}},
+            },
+            {"id": small.id, "unclaimed_storage_bytes": 1000, "process_health": None},
+        ],
+        "namespaces": [
+            {
+                "enabled_namespace_id": first.id,
+                "namespace_id": first.root_namespace_id,
+                "number_of_replicas": 1,
+                "existing_replicas": [],
+                "projects": [
+                    {
+                        "project_namespace_id": p1.project_namespace_id,
+                        "project_id": p1.id,
+                        "repository_size": 100,
+                    },
+                    {
+                        "project_namespace_id": p2.project_namespace_id,
+                        "project_id": p2.id,
+                        "repository_size": None,
+                    },
+                    {
+                        "project_namespace_id": deep.project_namespace_id,
+                        "project_id": deep.id,
+                        "repository_size": 50,
+                    },
+                ],
+            },
+            {
+                "enabled_namespace_id": second.id,
+                "namespace_id": second.root_namespace_id,
+                "number_of_replicas": 2,
+                "existing_replicas": [
+                    {"id": pending.id, "state": "pending"},
+                    {"id": ready.id, "state": "ready"},
+                    {"id": third.id, "state": "pending"},
+                ],
+                "projects": [],
+            },
+        ],
+    }
+    parse_scenario(loaded)  # valid by the planner's own rules
+
+
+def test_projects_are_those_whose_project_namespace_is_under_the_root(now):
+    node(1000)
+    namespace, (project,) = enabled_group(10)
+    # A group (not a project namespace) under the root is not a project.
+    GroupFactory(parent=namespace.root_namespace)
+    # A project namespace that points at the root only through its parent is not enough:
+    # the root must be the first traversal id.
+    stray = GroupFactory(type=Namespace.Type.PROJECT, parent=None)
+    stray.traversal_ids = [stray.id, namespace.root_namespace_id]
+    stray.save()
+    (loaded,) = scenario()["namespaces"]
+    assert [p["project_id"] for p in loaded["projects"]] == [project.id]
+
+
+@pytest.mark.parametrize(
+    ("metadata", "expected"),
+    [
+        pytest.param({}, None, id="never-reported"),
+        pytest.param({"process_health": None}, None, id="reported-null"),
+        pytest.param({"process_health": {"indexer": {"rss_bytes": 3}}}, {}, id="no-webserver"),
+        pytest.param(
+            {"process_health": {"webserver": {"rss_bytes": -1, "shards_loaded": "x"}}},
+            {"webserver": {"rss_bytes": None, "shards_loaded": None}},
+            id="values-the-planner-would-refuse-become-null",
+        ),
+    ],
+)
+def test_process_health_keeps_only_what_the_planner_reads(metadata, expected):
+    assert process_health(metadata) == expected
+
+
+def test_the_buffer_factor_is_the_global_one_and_may_be_fractional(now):
+    node(10_000)
+    enabled_group(101)
+    cache.set(buffer_factor.CACHE_KEY, {"value": 2.5}, 60)
+    loaded = load_scenario(SelectionService().execute())
+    assert loaded["options"]["buffer_factor"] == 2.5
+    (created,) = plan_dict(loaded)["create"]
+    # 101 × 2.5 = 252.5, rounded up to whole bytes.
+    assert created["namespace_required_storage_bytes"] == 253
+
+
+def test_without_observations_the_buffer_factor_is_gitlabs_3_as_an_integer(now):
+    node(10_000)
+    enabled_group(10)
+    assert load_scenario(SelectionService().execute())["options"]["buffer_factor"] == 3
+
+
+def test_the_loader_query_count_does_not_grow_with_projects_or_namespaces(now):
+    node(10**12)
+    buffer_factor.global_buffer_factor()  # warm the cache: its queries are not the loader's
+    namespace, _ = enabled_group(*range(1, 11))
+    counts = {}
+    for label in ("10 projects, 1 namespace", "100 projects, 1 namespace", "100+, 6 namespaces"):
+        if label.startswith("100 projects"):
+            for size in range(90):
+                ProjectFactory(namespace=namespace.root_namespace, repository_size=size)
+        if label.startswith("100+"):
+            for _ in range(5):
+                enabled_group(1, 2, 3)
+        pool = SelectionService().execute()
+        with CaptureQueriesContext(connection) as queries:
+            loaded = load_scenario(pool)
+        counts[label] = len(queries)
+        assert sum(len(ns["projects"]) for ns in loaded["namespaces"]) >= 10
+    assert sum(len(ns["projects"]) for ns in loaded["namespaces"]) == 115
+    # One for the existing replicas, one (a server-side cursor) for every project.
+    assert set(counts.values()) == {2}, counts
+
+
+def test_the_loader_reports_progress_per_namespace(now):
+    node(10**6)
+    for _ in range(3):
+        enabled_group(1, 2)
+    seen = []
+    load_scenario(
+        SelectionService().execute(),
+        buffer_factor=3,
+        chunk_size=1,
+        progress=lambda done, total, projects: seen.append((done, total, projects)),
+    )
+    assert seen[-1] == (3, 3, 6)
+    assert [done for done, _, _ in seen] == sorted(done for done, _, _ in seen)
+
+
+# --- apply: creates ----------------------------------------------------------------------------
+
+
+def test_a_plan_becomes_replicas_and_indices_with_ranges_and_reservations(now):
+    first_node = node(600)
+    second_node = node(500)
+    namespace, (_, p2, _) = enabled_group(100, 100, 100)
+
+    result = ProvisioningService(plan_now()).execute()
+
+    (replica,) = Replica.objects.filter(zoekt_enabled_namespace=namespace)
+    assert replica.state == Replica.State.PENDING
+    assert replica.namespace_id == namespace.root_namespace_id
+    indices = list(Index.objects.filter(zoekt_replica=replica).order_by("id"))
+    assert [
+        (i.zoekt_node_id, i.reserved_storage_bytes, i.metadata, i.state, i.namespace_id)
+        for i in indices
+    ] == [
+        (
+            first_node.id,
+            600,
+            {"project_namespace_id_to": p2.project_namespace_id},
+            Index.State.PENDING,
+            namespace.root_namespace_id,
+        ),
+        (
+            second_node.id,
+            300,
+            {"project_namespace_id_from": p2.project_namespace_id + 1},
+            Index.State.PENDING,
+            namespace.root_namespace_id,
+        ),
+    ]
+    assert all(i.zoekt_enabled_namespace_id == namespace.id for i in indices)
+    assert result.successes == [
+        {"namespace_id": namespace.root_namespace_id, "replica_id": replica.id}
+    ]
+    assert result.errors == [] and result.failed_namespace_ids == []
+    # The reservations are the node's claims now.
+    assert (
+        Node.objects.with_unclaimed_storage_bytes().get(pk=first_node.pk).unclaimed_storage_bytes
+        == 0
+    )
+
+
+@pytest.mark.parametrize(
+    ("projects", "expected"),
+    [
+        pytest.param(
+            {"project_namespace_id_from": None, "project_namespace_id_to": None}, {}, id="whole"
+        ),
+        pytest.param(
+            {"project_namespace_id_from": 5, "project_namespace_id_to": None},
+            {"project_namespace_id_from": 5},
+            id="open-end",
+        ),
+        pytest.param(
+            {"project_namespace_id_from": 5, "project_namespace_id_to": 9},
+            {"project_namespace_id_from": 5, "project_namespace_id_to": 9},
+            id="closed",
+        ),
+    ],
+)
+def test_index_metadata_leaves_out_open_ends(projects, expected):
+    assert index_metadata(projects) == expected
+
+
+def test_an_empty_namespace_gets_one_empty_index(now):
+    target = node(1000)
+    namespace, _ = enabled_group()
+    ProvisioningService(plan_now()).execute()
+    (index,) = Index.objects.filter(zoekt_enabled_namespace=namespace)
+    assert (index.zoekt_node_id, index.reserved_storage_bytes, index.metadata) == (target.id, 0, {})
+
+
+def test_a_successful_apply_clears_an_old_rollout_failure(now):
+    node(1000)
+    namespace, _ = enabled_group(10, last_rollout_failed_at=now - timedelta(days=2))
+    ProvisioningService(plan_now()).execute()
+    namespace.refresh_from_db()
+    assert namespace.last_rollout_failed_at is None
+
+
+def test_plan_failures_are_stamped_and_write_nothing(now):
+    node(1000)
+    namespace, _ = enabled_group(100, 400)  # 300 bytes fit; 1,200 fit no node
+    plan = plan_now()
+    assert [f["namespace_id"] for f in plan["failures"]] == [namespace.root_namespace_id]
+
+    result = ProvisioningService(plan).execute()
+
+    namespace.refresh_from_db()
+    assert namespace.last_rollout_failed_at == now
+    assert namespace.metadata["rollout_required_storage_bytes"] == 300
+    assert rows_of(namespace) == (0, 0)
+    assert result.failed_namespace_ids == [namespace.root_namespace_id]
+    assert result.successes == [] and result.errors == []
+
+
+def test_a_plan_that_no_longer_fits_is_refused_whole_and_the_others_are_applied(now):
+    """Between plan and apply another index claims most of a node: the re-check refuses."""
+    shrinking = node(1000)
+    other = node(900)
+    refused, _ = enabled_group(200)  # 600 bytes, first fit: the 1,000-byte node
+    applied, _ = enabled_group(150)  # 450 bytes: only the 900-byte node has room left
+    plan = plan_now()
+    assert [
+        i["node_id"] for ns in plan["create"] for r in ns["replicas"] for i in r["indices"]
+    ] == [
+        shrinking.id,
+        other.id,
+    ]
+    # Meanwhile: a reservation elsewhere leaves the node 500 unclaimed bytes.
+    IndexFactory(zoekt_node=shrinking, reserved_storage_bytes=500)
+
+    result = ProvisioningService(plan).execute()
+
+    assert rows_of(refused) == (0, 0)
+    refused.refresh_from_db()
+    assert refused.last_rollout_failed_at == now
+    assert refused.metadata["rollout_required_storage_bytes"] == 600
+    (error,) = result.errors
+    assert error["type"] == "node_capacity_exceeded"
+    assert (error["failed_namespace_id"], error["node_id"]) == (
+        refused.root_namespace_id,
+        shrinking.id,
+    )
+    assert "500" in error["message"] and "600" in error["message"]
+    assert rows_of(applied) == (1, 1)
+    assert result.failed_namespace_ids == [refused.root_namespace_id]
+
+
+def test_a_namespace_is_all_or_nothing_when_one_of_its_replicas_no_longer_fits(now):
+    a, b = node(1000), node(900)
+    namespace, _ = enabled_group(100, number_of_replicas_override=2)
+    plan = plan_now()
+    assert len(plan["create"][0]["replicas"]) == 2
+    Node.objects.filter(pk=b.pk).update(usable_storage_bytes=100)  # the second replica's node
+
+    result = ProvisioningService(plan).execute()
+
+    assert rows_of(namespace) == (0, 0)
+    assert [e["type"] for e in result.errors] == ["node_capacity_exceeded"]
+    assert result.errors[0]["replica_idx"] == 1
+    assert Node.objects.with_unclaimed_storage_bytes().get(pk=a.pk).unclaimed_storage_bytes == 1000
+
+
+def test_capacity_taken_by_an_earlier_namespace_of_the_same_apply_counts(now):
+    target = node(1000)
+    first, _ = enabled_group(100)
+    second, _ = enabled_group(100)
+    plan = plan_now()  # both on the node: 300 + 300 of 1,000
+    Node.objects.filter(pk=target.pk).update(usable_storage_bytes=500)
+
+    result = ProvisioningService(plan).execute()
+
+    assert rows_of(first) == (1, 1)
+    assert rows_of(second) == (0, 0)
+    assert result.errors[0]["message"] == (
+        f"Node {target.id} has 200 unclaimed bytes; the index needs 300"
+    )
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        pytest.param(lambda n: n.delete(), id="node-deleted"),
+        pytest.param(
+            lambda n: Node.objects.filter(pk=n.pk).update(services=[]), id="no-longer-for-search"
+        ),
+    ],
+)
+def test_a_node_that_is_gone_refuses_the_namespace(now, change):
+    target = node(1000)
+    target_id = target.id
+    namespace, _ = enabled_group(10)
+    plan = plan_now()
+    change(target)
+    result = ProvisioningService(plan).execute()
+    assert rows_of(namespace) == (0, 0)
+    assert [(e["type"], e["node_id"]) for e in result.errors] == [("node_not_found", target_id)]
+    namespace.refresh_from_db()
+    assert namespace.last_rollout_failed_at == now
+
+
+def test_a_namespace_already_on_the_node_is_refused_before_the_unique_index_would(now):
+    """Reference 10.6: an evicted index keeps its enabled namespace and blocks its node."""
+    target = node(1000)
+    namespace, _ = enabled_group(10)
+    plan = plan_now()
+    ReplicalessIndexFactory(
+        zoekt_enabled_namespace=namespace,
+        zoekt_node=target,
+        reserved_storage_bytes=0,
+        state=Index.State.EVICTED,
+    )
+    result = ProvisioningService(plan).execute()
+    assert [(e["type"], e["node_id"]) for e in result.errors] == [
+        ("namespace_already_on_node", target.id)
+    ]
+    assert Replica.objects.filter(zoekt_enabled_namespace=namespace).count() == 0
+
+
+def test_what_the_database_refuses_rolls_back_only_that_namespace(now):
+    """A hand-written plan the checks do not foresee: two replicas' indices on one node."""
+    a, b = node(10_000), node(10_000)
+    good, _ = enabled_group()
+    bad, _ = enabled_group()
+    later, _ = enabled_group()
+
+    def create(namespace, *node_ids):
+        return {
+            "namespace_id": namespace.root_namespace_id,
+            "enabled_namespace_id": namespace.id,
+            "action": "create",
+            "namespace_required_storage_bytes": 10 * len(node_ids),
+            "replicas": [
+                {
+                    "indices": [
+                        {
+                            "node_id": node_id,
+                            "projects": {
+                                "project_namespace_id_from": None,
+                                "project_namespace_id_to": None,
+                            },
+                            "required_storage_bytes": 10,
+                            "max_storage_bytes": 10_000,
+                        }
+                    ]
+                }
+                for node_id in node_ids
+            ],
+            "errors": [],
+            "warnings": [],
+        }
+
+    plan = {
+        "create": [create(good, a.id), create(bad, b.id, b.id), create(later, b.id)],
+        "destroy": [],
+        "unchanged": [],
+        "failures": [],
+        "nodes": [],
+        "total_required_storage_bytes": 40,
+    }
+    result = ProvisioningService(plan).execute()
+
+    assert rows_of(good) == (1, 1) and rows_of(later) == (1, 1)
+    assert rows_of(bad) == (0, 0)
+    (error,) = result.errors
+    assert (error["type"], error["failed_namespace_id"]) == (
+        "namespace_already_on_node",
+        bad.root_namespace_id,
+    )
+    bad.refresh_from_db()
+    assert bad.last_rollout_failed_at == now
+
+
+def test_a_namespace_disabled_since_planning_is_reported_and_the_rest_applied(now):
+    node(10_000)
+    gone, _ = enabled_group(10)
+    kept, _ = enabled_group(10)
+    plan = plan_now()
+    root = gone.root_namespace_id
+    gone.delete()
+    result = ProvisioningService(plan).execute()
+    assert [(e["type"], e["failed_namespace_id"]) for e in result.errors] == [
+        ("missing_enabled_namespace", root)
+    ]
+    assert rows_of(kept) == (1, 1)
+    assert not Replica.objects.filter(namespace_id=root).exists()
+
+
+def test_apply_statements_do_not_grow_with_projects_or_with_namespaces_in_a_chunk(now):
+    node(10**12)
+    counts = []
+    for projects, namespaces in ((1, 1), (40, 1), (5, 8)):
+        EnabledNamespace.objects.all().delete()
+        for _ in range(namespaces):
+            enabled_group(*range(1, projects + 1))
+        plan = plan_now()
+        with CaptureQueriesContext(connection) as queries:
+            ProvisioningService(plan).execute()
+        counts.append(len(queries))
+    assert len(set(counts)) == 1, counts
+    # Savepoint, two locks, the existing placements, a chunk (savepoint, two inserts,
+    # release), the stamp of successes, release.
+    assert counts[0] <= 10, counts
+
+
+# --- apply: destroys ---------------------------------------------------------------------------
+
+
+def test_a_destroy_plan_removes_the_chosen_replicas_of_that_namespace_only(now):
+    node(1000)
+    namespace, _ = enabled_group(10)
+    keep = ReplicaFactory(zoekt_enabled_namespace=namespace, state=Replica.State.READY)
+    drop = ReplicaFactory(zoekt_enabled_namespace=namespace)
+    IndexFactory(zoekt_replica=keep)
+    index = IndexFactory(zoekt_replica=drop)
+    elsewhere = ReplicaFactory()
+    plan = plan_now()
+    (destroy,) = plan["destroy"]
+    assert destroy["replicas_to_destroy"] == [drop.id]
+    destroy["replicas_to_destroy"].append(elsewhere.id)  # not this namespace's: left alone
+
+    result = ProvisioningService(plan).execute()
+
+    assert set(Replica.objects.values_list("id", flat=True)) == {keep.id, elsewhere.id}
+    index.refresh_from_db()
+    assert index.zoekt_replica_id is None  # detached, to be orphaned and deleted later
+    assert result.successes == [
+        {"namespace_id": namespace.root_namespace_id, "replicas_destroyed": 1}
+    ]

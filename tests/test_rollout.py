@@ -1,0 +1,423 @@
+"""The rollout run (RolloutService, reference 5.5) and its Celery job (RolloutWorker, 5.1)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import psycopg
+import pytest
+import structlog
+from django.db import connection
+
+from planner import tasks as planner_tasks
+from planner.rollout import (
+    MESSAGES,
+    PLAN_LOG_KEY,
+    Outcome,
+    RolloutService,
+    delete_replicas_without_indices,
+)
+from planner.tasks import rollout_task
+from tests.factories import (
+    EnabledNamespaceFactory,
+    GroupFactory,
+    IndexFactory,
+    NodeFactory,
+    ProjectFactory,
+    ReplicaFactory,
+    ReplicalessIndexFactory,
+)
+from zoekt import app_settings, clock, locks
+from zoekt.celery import BEAT_SCHEDULE
+from zoekt.locks import LockKey
+from zoekt.models import EnabledNamespace, Index, Node, Replica
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.django_db
+
+
+def set_setting(**values) -> None:
+    row = app_settings.load_row()
+    for name, value in values.items():
+        setattr(row, name, value)
+    row.save()
+
+
+def node(unclaimed: int, **kwargs) -> Node:
+    return NodeFactory(total_bytes=unclaimed, used_bytes=0, indexed_bytes=0, **kwargs)
+
+
+def enabled_group(*sizes: int, **kwargs) -> EnabledNamespace:
+    group = GroupFactory()
+    namespace = EnabledNamespaceFactory(root_namespace=group, **kwargs)
+    for size in sizes:
+        ProjectFactory(namespace=group, repository_size=size)
+    return namespace
+
+
+def records(caplog, event: str) -> list[dict]:
+    return [
+        record.msg
+        for record in caplog.records
+        if isinstance(record.msg, dict) and record.msg.get("event") == event
+    ]
+
+
+def plan_records(caplog) -> list[dict]:
+    return records(caplog, PLAN_LOG_KEY)
+
+
+def replica_count(namespace: EnabledNamespace) -> int:
+    return Replica.objects.filter(zoekt_enabled_namespace=namespace).count()
+
+
+@pytest.fixture
+def indexing(now):
+    set_setting(zoekt_indexing_enabled=True)
+    return now
+
+
+# --- RolloutService ----------------------------------------------------------------------------
+
+
+def test_a_dry_run_logs_the_whole_plan_and_writes_nothing(now, caplog):
+    caplog.set_level(logging.INFO)
+    node(10_000)
+    namespace = enabled_group(10, 20)
+    orphan = ReplicaFactory()  # no indices: a real run would delete it first
+
+    result = RolloutService().execute(dry_run=True, batch_size=10)
+
+    assert result.outcome == Outcome.DRY_RUN
+    assert result.message == "Skipping execution of changes because of dry run"
+    assert result.re_enqueue is False
+    assert replica_count(namespace) == 0
+    assert Replica.objects.filter(pk=orphan.pk).exists()
+    (record,) = plan_records(caplog)
+    assert record["dry_run"] is True
+    assert record[PLAN_LOG_KEY] == result.plan.to_dict()
+    assert record[PLAN_LOG_KEY]["create"][0]["namespace_id"] == namespace.root_namespace_id
+
+
+def test_a_run_removes_index_less_replicas_then_plans_logs_and_applies(now, caplog):
+    caplog.set_level(logging.INFO)
+    node(10_000)
+    namespace = enabled_group(10, 20)
+    emptied = EnabledNamespaceFactory()
+    ReplicaFactory(zoekt_enabled_namespace=emptied)  # its indices went with a lost node
+    kept = ReplicaFactory()
+    IndexFactory(zoekt_replica=kept)
+
+    result = RolloutService().execute(dry_run=False, batch_size=10)
+
+    assert result.replicas_without_indices_deleted == 1
+    assert Replica.objects.filter(pk=kept.pk).exists()
+    # The emptied namespace lost its replica, so it was planned again in the same run.
+    assert replica_count(emptied) == 1 and replica_count(namespace) == 1
+    assert result.outcome == Outcome.SUCCESS
+    assert result.message == "Batch is completed with success"
+    assert result.re_enqueue is False
+    (record,) = plan_records(caplog)
+    assert record["dry_run"] is False
+    assert {ns["namespace_id"] for ns in record[PLAN_LOG_KEY]["create"]} == {
+        namespace.root_namespace_id,
+        emptied.root_namespace_id,
+    }
+    assert set(result.seconds) >= {"cleanup", "select", "load", "plan", "log", "apply"}
+
+
+def test_the_plan_record_is_one_json_line(now, caplog):
+    caplog.set_level(logging.INFO)
+    node(10_000)
+    enabled_group(10)
+    RolloutService().execute(dry_run=True)
+    (record,) = [r for r in caplog.records if isinstance(r.msg, dict) and PLAN_LOG_KEY in r.msg]
+    formatter = structlog.stdlib.ProcessorFormatter(
+        processors=[
+            structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+            structlog.processors.JSONRenderer(sort_keys=True),
+        ]
+    )
+    line = formatter.format(record)
+    assert "\n" not in line
+    decoded = json.loads(line)
+    assert decoded["event"] == PLAN_LOG_KEY
+    assert set(decoded[PLAN_LOG_KEY]) == {
+        "create",
+        "destroy",
+        "unchanged",
+        "failures",
+        "nodes",
+        "total_required_storage_bytes",
+    }
+
+
+def test_no_namespaces_to_roll_out_stops_before_planning(now, caplog):
+    caplog.set_level(logging.INFO)
+    node(10_000)
+    result = RolloutService().execute(dry_run=False)
+    assert (result.outcome, result.message, result.re_enqueue) == (
+        Outcome.NO_ENABLED_NAMESPACES,
+        "No enabled namespaces found",
+        False,
+    )
+    assert result.plan is None and plan_records(caplog) == []
+
+
+def test_no_available_nodes_stops_before_planning(now, caplog):
+    caplog.set_level(logging.INFO)
+    namespace = enabled_group(10)
+    node(10_000, services=[])
+    result = RolloutService().execute(dry_run=False)
+    assert (result.outcome, result.message, result.re_enqueue) == (
+        Outcome.NO_AVAILABLE_NODES,
+        "No available nodes found",
+        False,
+    )
+    assert replica_count(namespace) == 0 and plan_records(caplog) == []
+
+
+def test_success_re_enqueues_while_namespaces_remain_and_nodes_have_room(now):
+    node(10_000)
+    namespaces = [enabled_group(10) for _ in range(3)]
+    result = RolloutService().execute(dry_run=False, batch_size=2)
+    assert result.outcome == Outcome.SUCCESS and result.re_enqueue is True
+    assert [replica_count(ns) for ns in namespaces] == [1, 1, 0]
+    result = RolloutService().execute(dry_run=False, batch_size=2)
+    assert result.re_enqueue is False
+    assert [replica_count(ns) for ns in namespaces] == [1, 1, 1]
+
+
+def test_success_does_not_re_enqueue_once_the_nodes_are_full(now):
+    node(30)
+    namespaces = [enabled_group(10) for _ in range(2)]  # 30 bytes each
+    result = RolloutService().execute(dry_run=False, batch_size=1)
+    assert result.outcome == Outcome.SUCCESS
+    assert result.re_enqueue is False  # namespaces remain, but no node has room
+    assert [replica_count(ns) for ns in namespaces] == [1, 0]
+
+
+def test_errors_only_is_a_failure_and_never_re_enqueues(now):
+    target = node(10_000)
+    namespace = enabled_group(10)
+    enabled_group(10, last_rollout_failed_at=now)  # waits for the retry interval: not selected
+    ReplicalessIndexFactory(
+        zoekt_enabled_namespace=namespace, zoekt_node=target, reserved_storage_bytes=0
+    )
+    result = RolloutService().execute(dry_run=False)
+    assert (result.outcome, result.message, result.re_enqueue) == (
+        Outcome.FAILURE,
+        "Batch is completed with failure",
+        False,
+    )
+    assert [e["type"] for e in result.changes.errors] == ["namespace_already_on_node"]
+    namespace.refresh_from_db()
+    assert namespace.last_rollout_failed_at == now
+
+
+def test_successes_and_errors_is_a_partial_success(now):
+    target = node(10_000)
+    refused = enabled_group(10)
+    accepted = enabled_group(10)
+    ReplicalessIndexFactory(
+        zoekt_enabled_namespace=refused, zoekt_node=target, reserved_storage_bytes=0
+    )
+    result = RolloutService().execute(dry_run=False)
+    assert (result.outcome, result.message) == (
+        Outcome.PARTIAL_SUCCESS,
+        "Batch is completed with partial success",
+    )
+    assert replica_count(accepted) == 1 and replica_count(refused) == 0
+
+
+def test_plan_failures_alone_finish_without_changes(now):
+    node(100)
+    namespace = enabled_group(1000)  # 3,000 bytes: fits nowhere
+    result = RolloutService().execute(dry_run=False)
+    assert (result.outcome, result.message) == (
+        Outcome.NO_CHANGES,
+        "Batch is completed without changes",
+    )
+    assert result.re_enqueue is False  # the failed namespace now waits for the retry interval
+    namespace.refresh_from_db()
+    assert namespace.last_rollout_failed_at == now
+    assert result.changes.failed_namespace_ids == [namespace.root_namespace_id]
+
+
+def test_index_less_replicas_are_deleted_in_batches(now):
+    for _ in range(5):
+        ReplicaFactory()
+    with_index = ReplicaFactory()
+    IndexFactory(zoekt_replica=with_index)
+    assert delete_replicas_without_indices(batch_size=2) == 5
+    assert list(Replica.objects.values_list("id", flat=True)) == [with_index.id]
+
+
+def test_every_outcome_has_a_message():
+    assert set(MESSAGES) == set(Outcome)
+
+
+def test_a_preview_plans_what_the_next_run_would_and_writes_nothing(now, caplog):
+    caplog.set_level(logging.INFO)
+    node(10_000)
+    emptied = EnabledNamespaceFactory()
+    orphan = ReplicaFactory(zoekt_enabled_namespace=emptied)
+    result = RolloutService().preview(batch_size=10)
+    assert result.replicas_without_indices_deleted == 1
+    # Planned as if its index-less replica were gone, as the next run will see it.
+    assert [ns.namespace_id for ns in result.plan.create] == [emptied.root_namespace_id]
+    assert Replica.objects.filter(pk=orphan.pk).exists()
+    assert plan_records(caplog) == []
+
+
+# --- the Celery job ----------------------------------------------------------------------------
+
+
+def test_the_job_is_named_and_scheduled_every_ten_minutes():
+    assert rollout_task.name == "zoekt.rollout"
+    assert BEAT_SCHEDULE["rollout"] == {
+        "task": "zoekt.rollout",
+        "schedule": 600.0,
+        "options": {"expires": 600},
+    }
+    # One run at a time: the job's own advisory lock key, shared with no other job.
+    assert [
+        name for name, key in LockKey.__members__.items() if key.value == LockKey.ROLLOUT.value
+    ] == ["ROLLOUT"]
+
+
+def test_celery_autodiscovers_the_rollout_job():
+    code = (
+        "import django; django.setup(); from zoekt.celery import app; "
+        "app.loader.import_default_modules(); print('zoekt.rollout' in app.tasks)"
+    )
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "zoekt.settings"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.stdout.strip().splitlines()[-1] == "True", done.stderr[-2000:]
+
+
+@pytest.mark.parametrize(
+    ("settings", "reason"),
+    [
+        pytest.param({}, "indexing_disabled", id="indexing-disabled"),
+        pytest.param(
+            {"zoekt_indexing_enabled": True, "zoekt_indexing_paused": True},
+            "indexing_paused",
+            id="indexing-paused",
+        ),
+    ],
+)
+def test_the_job_does_nothing_unless_indexing_runs(now, caplog, settings, reason):
+    caplog.set_level(logging.INFO)
+    if settings:
+        set_setting(**settings)
+    node(10_000)
+    namespace = enabled_group(10)
+    assert rollout_task() == {"skipped": reason}
+    assert replica_count(namespace) == 0
+    (line,) = records(caplog, "rollout")
+    assert line["skipped"] == reason
+    assert plan_records(caplog) == []
+
+
+def test_the_job_applies_logs_the_plan_and_one_summary_line(indexing, caplog):
+    caplog.set_level(logging.INFO)
+    node(10_000)
+    namespace = enabled_group(10)
+    summary = rollout_task()
+    assert summary["outcome"] == "success"
+    assert replica_count(namespace) == 1
+    assert len(plan_records(caplog)) == 1
+    (line,) = records(caplog, "rollout")
+    assert line["message"] == "Batch is completed with success"
+    assert line["changes"]["successes"][0]["namespace_id"] == namespace.root_namespace_id
+
+
+def test_the_job_re_enqueues_itself_when_the_result_asks(indexing, monkeypatch):
+    set_setting(zoekt_rollout_batch_size=1)
+    node(10_000)
+    enabled_group(10)
+    enabled_group(10)
+    calls = []
+    monkeypatch.setattr(rollout_task, "apply_async", lambda **kw: calls.append(kw))
+    assert rollout_task()["re_enqueue"] is True
+    assert calls == [{"countdown": 0}]
+    assert rollout_task()["re_enqueue"] is False
+    assert len(calls) == 1
+
+
+def _database_conninfo() -> str:
+    db = connection.settings_dict
+    parts = {
+        "dbname": db["NAME"],
+        "user": db["USER"],
+        "password": db["PASSWORD"],
+        "host": db["HOST"],
+        "port": db["PORT"],
+    }
+    return " ".join(f"{key}={value}" for key, value in parts.items() if value)
+
+
+def test_a_run_finding_the_lock_held_by_another_connection_skips_and_logs(indexing, caplog):
+    caplog.set_level(logging.INFO)
+    node(10_000)
+    namespace = enabled_group(10)
+    with psycopg.connect(_database_conninfo(), autocommit=True) as other:
+        other.execute("SELECT pg_advisory_lock(%s, %s)", [locks._KEY_SPACE, int(LockKey.ROLLOUT)])
+        assert rollout_task() == {"skipped": "lock_held"}
+    assert replica_count(namespace) == 0
+    (line,) = records(caplog, "rollout")
+    assert line["skipped"] == "lock_held"
+    assert plan_records(caplog) == []
+    # The other connection is gone, and with it the lock.
+    assert rollout_task()["outcome"] == "success"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_rollouts_started_at_once_run_one_and_skip_the_other(indexing, caplog, monkeypatch):
+    caplog.set_level(logging.INFO)
+    node(10_000)
+    namespaces = [enabled_group(10) for _ in range(3)]
+    inside, release = threading.Event(), threading.Event()
+    outcome: dict = {}
+
+    class Held(RolloutService):
+        def execute(self, *args, **kwargs):
+            inside.set()  # holding the lock now
+            assert release.wait(30)
+            return super().execute(*args, **kwargs)
+
+    monkeypatch.setattr(planner_tasks, "RolloutService", Held)
+
+    def first() -> None:
+        try:
+            with clock.frozen(indexing):  # the frozen clock is per thread
+                outcome["first"] = rollout_task()
+        finally:
+            from django.db import connection as thread_connection
+
+            thread_connection.close()
+
+    thread = threading.Thread(target=first)
+    thread.start()
+    try:
+        assert inside.wait(30)
+        outcome["second"] = rollout_task()
+    finally:
+        release.set()
+        thread.join(60)
+
+    assert outcome["second"] == {"skipped": "lock_held"}
+    assert outcome["first"]["outcome"] == "success"
+    assert [replica_count(ns) for ns in namespaces] == [1, 1, 1]
+    lines = records(caplog, "rollout")
+    assert sorted("skipped" in line for line in lines) == [False, True]
+    assert Index.objects.count() == 3

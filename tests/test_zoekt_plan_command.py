@@ -1,0 +1,239 @@
+"""``manage.py zoekt_plan``: what the next rollout would do, and why; or a rollout now."""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+from datetime import timedelta
+from io import StringIO
+from pathlib import Path
+
+import psycopg
+import pytest
+from django.core.cache import cache
+from django.core.management import CommandError, call_command
+
+from planner.core import plan_dict
+from planner.loader import load_scenario
+from planner.rollout import PLAN_LOG_KEY
+from planner.selection import SelectionService
+from tests.factories import (
+    EnabledNamespaceFactory,
+    GroupFactory,
+    NodeFactory,
+    ProjectFactory,
+    ReplicaFactory,
+)
+from tests.test_rollout import _database_conninfo
+from zoekt import app_settings, buffer_factor, locks
+from zoekt.locks import LockKey
+from zoekt.models import EnabledNamespace, Index, Node, Replica
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.django_db
+
+
+def set_setting(**values) -> None:
+    row = app_settings.load_row()
+    for name, value in values.items():
+        setattr(row, name, value)
+    row.save()
+
+
+def node(unclaimed: int, name: str, **kwargs) -> Node:
+    return NodeFactory(
+        total_bytes=unclaimed, used_bytes=0, indexed_bytes=0, metadata={"name": name}, **kwargs
+    )
+
+
+def enabled_group(*sizes: int, **kwargs) -> EnabledNamespace:
+    group = GroupFactory()
+    namespace = EnabledNamespaceFactory(root_namespace=group, **kwargs)
+    for size in sizes:
+        ProjectFactory(namespace=group, repository_size=size)
+    return namespace
+
+
+def run(*args: str) -> tuple[str, str]:
+    out, err = StringIO(), StringIO()
+    call_command("zoekt_plan", *args, stdout=out, stderr=err)
+    return out.getvalue(), err.getvalue()
+
+
+@pytest.fixture
+def fleet(now):
+    """Two candidates and an offline node; the second namespace no longer fits the first node."""
+    first = node(1000, "zoekt-a")
+    second = node(900, "zoekt-b")
+    offline = node(5000, "zoekt-gone", last_seen_at=now - timedelta(minutes=5))
+    ns1 = enabled_group(200)  # 600 bytes: zoekt-a, leaving 400
+    ns2 = enabled_group(150)  # 450 bytes: zoekt-a has 400, so zoekt-b
+    return {"a": first, "b": second, "offline": offline, "ns1": ns1, "ns2": ns2}
+
+
+def test_the_report_explains_each_namespace_and_each_node(fleet):
+    out, _ = run()
+    a, b = fleet["a"], fleet["b"]
+    ns1, ns2 = fleet["ns1"], fleet["ns2"]
+    assert "Next rollout (preview: nothing is written): batch size 32, buffer factor 3" in out
+    assert "Namespaces: 2 selected; create 2, destroy 0, unchanged 0, failures 0" in out
+    # Per namespace: which node each index took and why earlier candidates were passed over.
+    assert f"namespace {ns1.root_namespace_id} (enabled namespace {ns1.id}): create, ok" in out
+    assert f"namespace {ns2.root_namespace_id} (enabled namespace {ns2.id}): create, ok" in out
+    assert (
+        f"    node {a.id} passed over: insufficient unclaimed storage "
+        "(requested 450, available 400 bytes)"
+    ) in out
+    assert (
+        f"planned replica 0 index 0: node {b.id}, all project namespaces, reserves 450 bytes"
+    ) in out
+    # Per node, in candidate order, with what it was taken for and why it was passed over.
+    assert f"#1 node {a.id} (zoekt-a): unclaimed 1,000 bytes → 400 bytes" in out
+    assert f"#2 node {b.id} (zoekt-b): unclaimed 900 bytes → 450 bytes" in out
+    assert "taken for 1 index(es); passed over 1× insufficient unclaimed storage" in out
+    assert f"node {fleet['offline'].id} (zoekt-gone): offline" in out
+    assert not Replica.objects.exists()
+
+
+def test_json_prints_the_plan_the_planner_makes_of_the_loaded_scenario(fleet):
+    out, _ = run("--json")
+    expected = plan_dict(load_scenario(SelectionService(32).execute()))
+    assert json.loads(out) == expected
+    assert [ns["namespace_id"] for ns in expected["create"]] == [
+        fleet["ns1"].root_namespace_id,
+        fleet["ns2"].root_namespace_id,
+    ]
+    assert not Replica.objects.exists() and not Index.objects.exists()
+
+
+@pytest.mark.parametrize("factor", [None, 2.7182818], ids=["integral-factor", "fractional-factor"])
+def test_an_exported_scenario_replays_to_the_same_plan(fleet, tmp_path, factor):
+    if factor is not None:
+        cache.set(buffer_factor.CACHE_KEY, {"value": factor}, 60)
+    scenario_file = tmp_path / "scenario.json"
+    out, err = run("--json", "--export-scenario", str(scenario_file))
+    assert f"scenario written to {scenario_file}" in err
+    exported = json.loads(scenario_file.read_text())
+    assert exported["options"]["buffer_factor"] == (factor or 3)
+    assert [n["id"] for n in exported["nodes"]] == [fleet["a"].id, fleet["b"].id]
+
+    replay = subprocess.run(
+        [sys.executable, "-m", "planner", "plan", "--input", str(scenario_file)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert replay.returncode == 0, replay.stderr
+    assert replay.stdout == out
+
+
+def test_the_batch_size_option_limits_the_namespaces(fleet):
+    out, _ = run("--json", "--batch-size", "1")
+    plan = json.loads(out)
+    assert [ns["namespace_id"] for ns in plan["create"]] == [fleet["ns1"].root_namespace_id]
+
+
+def test_the_preview_counts_index_less_replicas_the_run_would_remove_and_keeps_them(fleet):
+    emptied = EnabledNamespaceFactory()
+    orphan = ReplicaFactory(zoekt_enabled_namespace=emptied)
+    out, _ = run()
+    assert "Replicas without indices to remove first: 1" in out
+    assert f"namespace {emptied.root_namespace_id} (enabled namespace {emptied.id}): create" in out
+    assert Replica.objects.filter(pk=orphan.pk).exists()
+
+
+def test_nothing_to_do_says_so(now):
+    node(1000, "zoekt-a")
+    out, _ = run()
+    assert "No enabled namespaces found: the rollout stops here." in out
+    out, err = run("--json")
+    assert json.loads(out)["create"] == []
+    assert "No enabled namespaces found" in err
+
+
+def test_no_candidate_node_says_the_rollout_stops(now):
+    node(1000, "zoekt-full", services=[])
+    enabled_group(10)
+    out, _ = run()
+    assert "No available nodes found: the rollout stops here." in out
+    assert "not a search node" in out
+
+
+def test_apply_runs_a_rollout_now(fleet, caplog):
+    caplog.set_level(logging.INFO)
+    set_setting(zoekt_indexing_enabled=True)
+    out, _ = run("--apply")
+    assert "Rollout run: batch size 32" in out
+    assert "Result: Batch is completed with success" in out
+    for namespace in (fleet["ns1"], fleet["ns2"]):
+        replica = Replica.objects.get(zoekt_enabled_namespace=namespace)
+        assert f"namespace {namespace.root_namespace_id}: replica {replica.id} created" in out
+    assert Index.objects.count() == 2
+    logged = [r.msg for r in caplog.records if isinstance(r.msg, dict) and PLAN_LOG_KEY in r.msg]
+    assert len(logged) == 1
+
+
+def test_apply_with_json_prints_the_applied_plan(fleet):
+    set_setting(zoekt_indexing_enabled=True)
+    out, err = run("--apply", "--json")
+    assert len(json.loads(out)["create"]) == 2
+    assert "Batch is completed with success" in err
+    assert Replica.objects.count() == 2
+
+
+@pytest.mark.parametrize(
+    ("settings", "reason"),
+    [
+        pytest.param({}, "indexing_disabled", id="indexing-disabled"),
+        pytest.param(
+            {"zoekt_indexing_enabled": True, "zoekt_indexing_paused": True},
+            "indexing_paused",
+            id="indexing-paused",
+        ),
+    ],
+)
+def test_apply_refuses_unless_indexing_runs(fleet, settings, reason):
+    if settings:
+        set_setting(**settings)
+    with pytest.raises(CommandError, match=reason):
+        run("--apply")
+    assert not Replica.objects.exists()
+
+
+def test_apply_refuses_while_another_rollout_runs(fleet):
+    set_setting(zoekt_indexing_enabled=True)
+    with psycopg.connect(_database_conninfo(), autocommit=True) as other:
+        other.execute("SELECT pg_advisory_lock(%s, %s)", [locks._KEY_SPACE, int(LockKey.ROLLOUT)])
+        with pytest.raises(CommandError, match="lock_held"):
+            run("--apply")
+    assert not Replica.objects.exists()
+
+
+def test_long_explanations_are_capped(now):
+    node(1000, "zoekt-a")
+    for _ in range(3):
+        node(10, "zoekt-small")
+    namespace = enabled_group(1000, 1000, 1000, 1000)  # no node takes 3,000 bytes
+    out, _ = run("--max-decisions", "2")
+    assert f"namespace {namespace.root_namespace_id}" in out
+    assert "(showing 2 of 4 decisions and at most 2 passed-over nodes each" in out
+    out, _ = run("--max-decisions", "0")
+    assert "showing" not in out
+    assert out.count("passed over: insufficient unclaimed storage (requested 3,000") == 16
+
+
+def test_long_loads_show_progress_on_stderr(fleet):
+    _, err = run("-v", "2")
+    assert "loaded 2/2 namespaces (2 projects)" in err
+    assert "phases: cleanup" in err
+    _, quiet = run("-v", "0")
+    assert "loaded" not in quiet
+
+
+def test_a_bad_batch_size_is_refused(now):
+    with pytest.raises(CommandError, match="batch-size"):
+        run("--batch-size", "0")

@@ -1,0 +1,389 @@
+"""What the next rollout would do, and why; or run one now.
+
+    manage.py zoekt_plan                          # per namespace and per node, with reasons
+    manage.py zoekt_plan --json                   # the plan (the contract's JSON)
+    manage.py zoekt_plan --export-scenario f.json # the fleet as a scenario; then
+    python -m planner plan --input f.json         #   replays to the same plan as --json
+    manage.py zoekt_plan --apply                  # run one rollout batch now
+    manage.py zoekt_plan --batch-size 500         # plan more (or fewer) namespaces
+
+Without ``--apply`` nothing is written: the preview runs the rollout's
+clean-up, selection, load and plan in a transaction that is rolled back.
+``--apply`` runs a real rollout batch under the rollout job's advisory lock
+(and refuses while indexing is disabled or paused, or another rollout runs).
+Progress of long loads goes to stderr (``-v 0`` silences it, ``-v 2`` shows
+it at once and adds phase timings).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, OutputWrapper
+
+from planner.core import plan as make_plan
+from planner.explain import explain, render_text
+from planner.loader import ScenarioLoader
+from planner.plan import Plan, dumps
+from planner.rollout import Outcome, RolloutResult, RolloutService
+from planner.scenario import parse_scenario
+from zoekt import app_settings, clock
+from zoekt.locks import LockKey, try_advisory_lock
+from zoekt.logging import get_logger
+from zoekt.models import Node
+from zoekt.reasons import Reason
+
+log = get_logger(__name__)
+
+
+class Command(BaseCommand):
+    help = (
+        "Show what the next Zoekt rollout would do, per namespace and per node, with the reason "
+        "each candidate node was taken or passed over; or run a rollout now (--apply)."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "--json", action="store_true", help="print the plan as JSON (the planner's contract)"
+        )
+        parser.add_argument(
+            "--export-scenario",
+            metavar="FILE",
+            help="write the planner's input as a scenario file that `python -m planner plan` "
+            "replays",
+        )
+        parser.add_argument(
+            "--apply", action="store_true", help="run one rollout batch now and write its rows"
+        )
+        parser.add_argument(
+            "--max-decisions",
+            type=int,
+            default=20,
+            metavar="N",
+            help="per namespace, show at most N placement decisions and N passed-over nodes "
+            "each (default 20; 0 shows all)",
+        )
+        parser.add_argument(
+            "--batch-size",
+            type=int,
+            help="namespaces per run (default: the rollout batch size setting)",
+        )
+
+    def handle(self, *args, **options):
+        settings = app_settings.current()
+        batch_size = options["batch_size"]
+        if batch_size is None:
+            batch_size = settings.rollout_batch_size
+        if batch_size < 1:
+            raise CommandError("--batch-size must be at least 1")
+        as_json = options["json"]
+        progress = _Progress(self.stderr, options["verbosity"])
+        service = RolloutService(
+            record_decisions=not as_json,
+            load_progress=progress.load,
+            apply_progress=progress.apply,
+        )
+        if options["apply"]:
+            result = self._apply(service, settings, batch_size)
+        else:
+            result = service.preview(batch_size, plan_anyway=True)
+        progress.finish()
+
+        plan = result.plan
+        if plan is None:  # --apply that stopped before planning
+            plan = make_plan(parse_scenario(self._scenario(result)), record_decisions=not as_json)
+        if options["export_scenario"]:
+            path = Path(options["export_scenario"])
+            path.write_text(dumps(self._scenario(result)) + "\n", encoding="utf-8")
+            self.stderr.write(f"scenario written to {path}")
+        if options["verbosity"] >= 2:
+            timings = ", ".join(f"{k} {v:.3f} s" for k, v in result.seconds.items())
+            self.stderr.write(f"phases: {timings}")
+        if as_json:
+            self.stdout.write(plan.to_json())
+            if result.outcome != Outcome.DRY_RUN:
+                self.stderr.write(result.message)
+            return
+        self.stdout.write(
+            self._report(
+                result,
+                plan,
+                batch_size,
+                applied=options["apply"],
+                max_decisions=options["max_decisions"],
+            )
+        )
+
+    # ------------------------------------------------------------------ #
+
+    def _apply(
+        self, service: RolloutService, settings: app_settings.ZoektSettings, batch_size: int
+    ) -> RolloutResult:
+        if not settings.indexing_enabled:
+            raise CommandError(f"not applied: indexing is disabled ({Reason.INDEXING_DISABLED})")
+        if settings.indexing_paused:
+            raise CommandError(f"not applied: indexing is paused ({Reason.INDEXING_PAUSED})")
+        with try_advisory_lock(LockKey.ROLLOUT) as acquired:
+            if not acquired:
+                log.info("rollout", trigger="zoekt_plan", skipped=Reason.LOCK_HELD)
+                raise CommandError(f"not applied: another rollout is running ({Reason.LOCK_HELD})")
+            result = service.execute(dry_run=False, batch_size=batch_size)
+        log.info("rollout", trigger="zoekt_plan", **result.summary())
+        return result
+
+    @staticmethod
+    def _scenario(result: RolloutResult) -> dict[str, Any]:
+        if result.scenario is None:
+            # The run stopped before loading (no namespaces or no nodes): the same pool, loaded.
+            result.scenario = ScenarioLoader(result.pool).load()
+        return result.scenario
+
+    # ------------------------------------------------------------------ #
+    # The human report
+
+    def _report(
+        self,
+        result: RolloutResult,
+        plan: Plan,
+        batch_size: int,
+        *,
+        applied: bool,
+        max_decisions: int,
+    ) -> str:
+        lines: list[str] = []
+        scenario = self._scenario(result)
+        factor = scenario["options"]["buffer_factor"]
+        head = "Rollout run" if applied else "Next rollout (preview: nothing is written)"
+        lines.append(f"{head}: batch size {batch_size}, buffer factor {factor}")
+        deleted = result.replicas_without_indices_deleted
+        verb = "removed" if applied else "to remove"
+        lines.append(f"Replicas without indices {verb} first: {deleted}")
+        pool = result.pool
+        stops = result.outcome in (Outcome.NO_ENABLED_NAMESPACES, Outcome.NO_AVAILABLE_NODES)
+        if stops:
+            lines.append(f"{result.message}: the rollout stops here.")
+            if result.outcome == Outcome.NO_ENABLED_NAMESPACES:
+                lines.append("No enabled namespace needs replicas created or removed.")
+                lines.extend(["", *self._node_section(pool.nodes, plan, [])])
+                return "\n".join(lines)
+        lines.append(
+            f"Namespaces: {len(pool.namespaces)} selected; create {len(plan.create)}, "
+            f"destroy {len(plan.destroy)}, unchanged {len(plan.unchanged)}, "
+            f"failures {len(plan.failures)}; required {_bytes(plan.total_required_storage_bytes)}"
+        )
+        explanations = explain(plan) if plan.log is not None else []
+        lines.extend(["", "Per namespace:"])
+        by_namespace = {ns.namespace_id: ns for ns in plan.namespaces_in_order}
+        if not explanations:
+            lines.append("  (no decision records)")
+        for explanation in explanations:
+            lines.extend(self._namespace_lines(explanation, by_namespace, max_decisions))
+        lines.extend(["", *self._node_section(pool.nodes, plan, explanations)])
+        if result.changes is not None:
+            lines.extend(["", *self._changes_section(result)])
+        return "\n".join(lines)
+
+    @staticmethod
+    def _namespace_lines(
+        explanation: dict[str, Any], by_namespace: dict[int, Any], max_decisions: int
+    ) -> list[str]:
+        """One namespace: planner.explain's text (capped), then the indices planned."""
+        decisions = explanation["decisions"]
+        shown = dict(explanation)
+        hidden_nodes = 0
+        if max_decisions and len(decisions) > max_decisions:
+            shown["decisions"] = decisions[:max_decisions]
+        if max_decisions:
+            capped = []
+            for decision in shown["decisions"]:
+                if len(decision["passed_over"]) > max_decisions:
+                    hidden_nodes += len(decision["passed_over"]) - max_decisions
+                    decision = {**decision, "passed_over": decision["passed_over"][:max_decisions]}
+                capped.append(decision)
+            shown["decisions"] = capped
+        lines = render_text([shown]).rstrip("\n").splitlines()
+        if len(shown["decisions"]) < len(decisions) or hidden_nodes:
+            lines.append(
+                f"  (showing {len(shown['decisions'])} of {len(decisions)} decisions and at most "
+                f"{max_decisions} passed-over nodes each; --max-decisions 0 shows all)"
+            )
+        ns_plan = by_namespace[explanation["namespace_id"]]
+        verb = "simulated (not provisioned)" if ns_plan.errors else "planned"
+        for replica_idx, replica in enumerate(ns_plan.replicas):
+            for index_idx, index in enumerate(replica.indices):
+                start = index.project_namespace_id_from
+                end = index.project_namespace_id_to
+                if start is None and end is None:
+                    covers = "all project namespaces"
+                else:
+                    covers = (
+                        f"project namespaces {'…' if start is None else start}–"
+                        f"{'…' if end is None else end}"
+                    )
+                lines.append(
+                    f"  {verb} replica {replica_idx} index {index_idx}: node {index.node_id}, "
+                    f"{covers}, reserves {_bytes(index.required_storage_bytes)}"
+                )
+        return lines
+
+    def _node_section(self, candidates, plan: Plan, explanations: list[dict]) -> list[str]:
+        lines = ["Per node (candidates in candidate order):"]
+        changes = {node.id: node for node in plan.nodes}
+        taken: Counter[int] = Counter()
+        passed: dict[int, Counter[str]] = {}
+        for ns in explanations:
+            for node in ns["nodes"]:
+                taken[node["node_id"]] += len(node["taken"])
+                passed.setdefault(node["node_id"], Counter()).update(node["passed_over"])
+        names = {}
+        for position, node in enumerate(candidates):
+            name = str(node.metadata.get("name") or f"node-{node.id}")
+            names[node.id] = name
+            change = changes.get(node.id)
+            if change is None:
+                text = f"unclaimed {_bytes(node.unclaimed_storage_bytes)}, no new indices"
+            else:
+                text = (
+                    f"unclaimed {_bytes(change.unclaimed_storage_bytes_before)} → "
+                    f"{_bytes(change.unclaimed_storage_bytes_after)}, claims "
+                    f"{_bytes(change.claimed_storage_bytes)} for {len(change.indices)} "
+                    f"new index(es) of namespaces {_ids(change.namespace_ids)}"
+                )
+            lines.append(f"  #{position + 1} node {node.id} ({name}): {text}")
+            reasons = passed.get(node.id)
+            if taken[node.id] or reasons:
+                parts = [f"taken for {taken[node.id]} index(es)"] if taken[node.id] else []
+                if reasons:
+                    parts.append(
+                        "passed over "
+                        + ", ".join(
+                            f"{count}× {reason.replace('_', ' ')}"
+                            for reason, count in sorted(reasons.items())
+                        )
+                    )
+                lines.append(f"      {'; '.join(parts)}")
+        excluded = _excluded_nodes({node.id for node in candidates})
+        if excluded:
+            lines.append("Not candidates:")
+            for node_id, name, why in excluded:
+                lines.append(f"  node {node_id} ({name}): {why}")
+        return lines
+
+    @staticmethod
+    def _changes_section(result: RolloutResult) -> list[str]:
+        changes = result.changes
+        lines = [f"Result: {result.message}"]
+        for success in changes.successes:
+            if "replica_id" in success:
+                lines.append(
+                    f"  namespace {success['namespace_id']}: "
+                    f"replica {success['replica_id']} created"
+                )
+            else:
+                lines.append(
+                    f"  namespace {success['namespace_id']}: "
+                    f"{success['replicas_destroyed']} replica(s) destroyed"
+                )
+        for error in changes.errors:
+            node = "" if error["node_id"] is None else f" (node {error['node_id']})"
+            lines.append(
+                f"  namespace {error['failed_namespace_id']}{node}: {error['type']}: "
+                f"{error['message']}"
+            )
+        if changes.failed_namespace_ids:
+            ids = ", ".join(map(str, changes.failed_namespace_ids))
+            lines.append(f"  marked rollout-failed: {ids}")
+        if result.re_enqueue:
+            lines.append(
+                "More namespaces need work and nodes have room: run again for the next batch."
+            )
+        return lines
+
+
+def _excluded_nodes(candidate_ids: set[int]) -> list[tuple[int, str, str]]:
+    """Every other node, with why the selection left it out."""
+    now = clock.now()
+    online = set(Node.objects.online(now).values_list("id", flat=True))
+    out = []
+    rows = (
+        Node.objects.exclude(id__in=candidate_ids)
+        .with_unclaimed_storage_bytes()
+        .order_by("id")
+        .values_list("id", "metadata", "services", "annotated_unclaimed_storage_bytes")
+    )
+    for node_id, metadata, services, unclaimed in rows:
+        reasons = []
+        if Node.Service.ZOEKT not in services:
+            reasons.append("not a search node")
+        if node_id not in online:
+            reasons.append("offline")
+        if unclaimed <= 0:
+            reasons.append(f"no unclaimed storage ({_bytes(unclaimed)})")
+        name = str((metadata or {}).get("name") or f"node-{node_id}")
+        out.append((node_id, name, ", ".join(reasons) or "not selected"))
+    return out
+
+
+def _bytes(value: int) -> str:
+    """Exact bytes, with a binary unit beside them from 1 KiB on."""
+    text = f"{value:,} bytes"
+    size = abs(value)
+    for unit, factor in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if size >= factor:
+            return f"{text} ({value / factor:.1f} {unit})"
+    return text
+
+
+def _ids(values: list[int], limit: int = 20) -> str:
+    shown = ", ".join(map(str, values[:limit]))
+    return shown if len(values) <= limit else f"{shown} … (+{len(values) - limit})"
+
+
+class _Progress:
+    """Progress lines on stderr for long runs: after a second (at once with -v 2), once a second."""
+
+    def __init__(self, stream: OutputWrapper, verbosity: int, *, delay: float = 1.0) -> None:
+        self.stream = stream
+        self.verbosity = verbosity
+        self.delay = 0.0 if verbosity >= 2 else delay
+        self.started = time.monotonic()
+        self.last = float("-inf")
+        self.pending: str | None = None
+        self.shown = False
+        self.tty = bool(getattr(stream, "isatty", lambda: False)())
+
+    def load(self, done: int, total: int, projects: int) -> None:
+        self._emit(f"loaded {done:,}/{total:,} namespaces ({projects:,} projects)", done == total)
+
+    def apply(self, done: int, total: int) -> None:
+        self._emit(f"applied {done:,}/{total:,} namespaces", done == total)
+
+    def _emit(self, text: str, final: bool) -> None:
+        if self.verbosity <= 0:
+            return
+        now = time.monotonic()
+        self.pending = text
+        if now - self.started < self.delay:
+            return
+        if not final and now - self.last < 1.0:
+            return
+        self.last = now
+        self._write(text)
+
+    def _write(self, text: str) -> None:
+        self.pending = None
+        self.shown = True
+        if self.tty:
+            self.stream.write(f"\r{text}\x1b[K", ending="")
+        else:
+            self.stream.write(text)
+        self.stream.flush()
+
+    def finish(self) -> None:
+        if self.shown and self.pending is not None:
+            self._write(self.pending)
+        if self.shown and self.tty:
+            self.stream.write("")
