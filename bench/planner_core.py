@@ -5,6 +5,12 @@ each size it builds a deterministic synthetic scenario (seeded), parses it
 once, then plans it three times and prints the best time, with and without
 the decision records ``planner.explain`` reads.
 
+It then plans the *same* scenario with the memory dimension on (a
+configured per-node memory budget, ``--memory-fill`` of it claimed by the
+estimated memory of everything planned, so that big namespaces hit
+``max_memory_bytes`` and split) and prints the memory-on time, its ratio to
+the disk-only time (the target: at most 1.5×) and what memory did.
+
 The synthetic fleet: 200 nodes, listed as GitLab's selection lists them
 (most unclaimed first), sized so that the planned bytes fill about 70% of
 their unclaimed storage (each node 0.5–1.5× the mean). The namespaces: a
@@ -34,6 +40,9 @@ from planner.scenario import parse_scenario
 NODES = 200
 SEED = 20260301
 FILL = 0.7
+#: With memory on: the share of the fleet's memory budget the estimated
+#: memory of every planned replica would claim.
+MEMORY_FILL = 0.6
 
 
 def synthetic_scenario(projects: int, *, nodes: int = NODES, seed: int = SEED) -> dict[str, Any]:
@@ -100,6 +109,21 @@ def synthetic_scenario(projects: int, *, nodes: int = NODES, seed: int = SEED) -
     }
 
 
+def with_memory_budget(data: dict[str, Any], fill: float = MEMORY_FILL) -> dict[str, Any]:
+    """The same scenario with a configured per-node memory budget (memory on)."""
+    ratio = 0.5  # the default memory_ratio
+    demand = sum(
+        ratio * p["repository_size"] * ns.get("number_of_replicas", 1)
+        for ns in data["namespaces"]
+        for p in ns["projects"]
+        if p["repository_size"] is not None
+    )
+    budget = int(demand / fill / len(data["nodes"]))
+    options = dict(data["options"])
+    options["memory"] = {"node_memory_budget_bytes": budget, "memory_ratio": ratio}
+    return {**data, "options": options}
+
+
 def best_of(runs: int, fn) -> tuple[float, Any]:
     best = float("inf")
     result = None
@@ -116,11 +140,13 @@ def main() -> int:
         "--projects", type=int, nargs="*", default=[100_000, 1_000_000], help="sizes to run"
     )
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--memory-fill", type=float, default=MEMORY_FILL)
     args = parser.parse_args()
 
     print(f"| projects | namespaces | nodes | parse s | plan s (best of {args.runs}) "
           "| plan s, no decisions | indices | multi-index replicas | failures |")  # fmt: skip
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    memory_rows = []
     for count in args.projects:
         data = synthetic_scenario(count)
         start = time.perf_counter()
@@ -128,18 +154,45 @@ def main() -> int:
         parse_seconds = time.perf_counter() - start
         plan_seconds, result = best_of(args.runs, lambda s=scenario: plan(s))
         bare_seconds, _ = best_of(args.runs, lambda s=scenario: plan(s, record_decisions=False))
-        indices = sum(len(node.indices) for node in result.nodes)
-        multi = sum(
-            len(replica.indices) > 1 for ns in result.namespaces_in_order for replica in ns.replicas
-        )
-        failures = Counter(error.type for ns in result.failures for error in ns.errors)
         print(
             f"| {count:,} | {len(scenario.namespaces):,} | {len(scenario.nodes)} "
-            f"| {parse_seconds:.2f} | {plan_seconds:.3f} | {bare_seconds:.3f} "
-            f"| {indices:,} | {multi:,} | {len(result.failures):,} "
-            f"({', '.join(f'{k} {v}' for k, v in sorted(failures.items())) or 'none'}) |"
+            f"| {parse_seconds:.2f} | {plan_seconds:.3f} | {bare_seconds:.3f} {_summary(result)}"
+        )
+        memory = parse_scenario(with_memory_budget(data, args.memory_fill))
+        mem_seconds, mem_result = best_of(args.runs, lambda s=memory: plan(s))
+        mem_bare, _ = best_of(args.runs, lambda s=memory: plan(s, record_decisions=False))
+        memory_rows.append((count, plan_seconds, mem_seconds, bare_seconds, mem_bare, mem_result))
+
+    print()
+    print(f"Memory on (budget: {args.memory_fill:.0%} of it claimed by the estimates):")
+    print()
+    print("| projects | disk-only s | memory s | ratio | disk-only s, no decisions "
+          "| memory s, no decisions | ratio | indices | multi-index replicas | failures "
+          "| memory warnings | memory bound max/lower |")  # fmt: skip
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|")
+    for count, disk_s, mem_s, disk_bare, mem_bare, result in memory_rows:
+        warnings = Counter(w.type for ns in result.namespaces_in_order for w in ns.warnings)
+        bound = result.bounds["memory"]
+        print(
+            f"| {count:,} | {disk_s:.3f} | {mem_s:.3f} | {mem_s / disk_s:.2f}x "
+            f"| {disk_bare:.3f} | {mem_bare:.3f} | {mem_bare / disk_bare:.2f}x "
+            f"{_summary(result)} "
+            f"{', '.join(f'{k} {v}' for k, v in sorted(warnings.items())) or 'none'} "
+            f"| {bound['max_utilization']:.3f} / {bound['lower_bound']:.3f} |"
         )
     return 0
+
+
+def _summary(result) -> str:
+    indices = sum(len(node.indices) for node in result.nodes)
+    multi = sum(
+        len(replica.indices) > 1 for ns in result.namespaces_in_order for replica in ns.replicas
+    )
+    failures = Counter(error.type for ns in result.failures for error in ns.errors)
+    return (
+        f"| {indices:,} | {multi:,} | {len(result.failures):,} "
+        f"({', '.join(f'{k} {v}' for k, v in sorted(failures.items())) or 'none'}) |"
+    )
 
 
 if __name__ == "__main__":

@@ -48,6 +48,7 @@ runs exactly as before and the plan has no memory keys.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from itertools import accumulate, chain
 from typing import Any
 
 from planner.plan import (
@@ -246,41 +247,47 @@ class _FitBoth(_FirstFit):
 
 
 class _Projects:
-    """One namespace's projects with statistics, as parallel lists (memory dimension)."""
+    """One namespace's projects with statistics, as parallel lists (memory dimension).
 
-    __slots__ = ("_largest", "_suffix", "mems", "pids", "pnids", "rsizes", "sizes")
+    With an integral buffer factor ``num`` every scaled size is exactly
+    ``repository_size × num``, so repository sizes are not stored
+    (``rsizes`` is ``None``) and are recovered as ``size // num``.
+    """
+
+    __slots__ = ("_suffix", "num", "pids", "pnids", "rsizes", "sizes")
 
     def __init__(
         self,
         pnids: list[int],
         pids: list[int],
         sizes: list[int],
-        mems: list[int],
-        rsizes: list[int],
+        rsizes: list[int] | None,
+        num: int,
     ) -> None:
         self.pnids = pnids
         self.pids = pids
         self.sizes = sizes
-        self.mems = mems
         self.rsizes = rsizes
+        self.num = num
         self._suffix: list[int] | None = None
-        self._largest: tuple[int, int] | None = None
+
+    def r(self, k: int) -> int:
+        """Project ``k``'s repository size."""
+        if self.rsizes is None:
+            return self.sizes[k] // self.num
+        return self.rsizes[k]
 
     def suffix(self, k: int) -> int:
-        """The estimated memory of projects ``k`` and after."""
+        """The repository bytes of projects ``k`` and after."""
         if self._suffix is None:
-            out = [0] * (len(self.mems) + 1)
-            total = 0
-            for j in range(len(self.mems) - 1, -1, -1):
-                total += self.mems[j]
-                out[j] = total
+            values = self.sizes if self.rsizes is None else self.rsizes
+            out = list(accumulate(reversed(values)))
+            out.reverse()
+            out.append(0)
+            if self.rsizes is None:
+                out = [value // self.num for value in out]
             self._suffix = out
         return self._suffix[k]
-
-    def largest(self) -> tuple[int, int]:
-        if self._largest is None:
-            self._largest = (max(self.sizes, default=0), max(self.mems, default=0))
-        return self._largest
 
 
 class _Run:
@@ -336,9 +343,13 @@ class _Run:
         self.exhausted = _Exhausted(self.first_fit, self.fit_both)
         self.undo_appends: list[int] = []
         self.undo_decisions = 0
-        self.largest_disk = 0
-        self.largest_memory = 0
-        self.ns_largest = [0, 0]
+        #: The largest repository size placed in the run (for the bounds;
+        #: scaled size and estimate are both monotone in it).
+        self.largest_repository = 0
+        #: The size lists of the namespaces that placed every project (the
+        #: scaled sizes with an integral buffer factor, else the repository
+        #: sizes); their maximum is taken once, in ``result``.
+        self.placed: list[list[int]] = []
         self.mem_history: list[tuple[list[int], list[int | float]]] = []
         if self.log is not None:
             self.mem_history = [([-1], [value]) for value in self.mem]
@@ -587,42 +598,56 @@ class _Run:
         it carries a ``memory_placement_abandoned`` warning.
         """
         projects = [p for p in namespace.projects if p.repository_size is not None]
-        rsizes = [p.repository_size for p in projects]
-        sizes = _scaled(rsizes, self.factor)
-        mems = _scaled(rsizes, self.memory_ratio)
+        num, den = self.factor
+        rsizes: list[int] | None = None
+        if den == 1:
+            sizes = [p.repository_size * num for p in projects]
+        else:
+            rsizes = [p.repository_size for p in projects]
+            sizes = [-(-r * num // den) for r in rsizes]
         data = _Projects(
             [p.project_namespace_id for p in projects],
             [p.project_id for p in projects],
             sizes,
-            mems,
             rsizes,
+            num,
         )
         aware = self.aware
         if aware:
             self.undo = {}
             self.undo_appends = []
             self.undo_decisions = len(self.decisions)
-        self.ns_largest = [0, 0]
         steered = False
+        #: The largest repository size placed, -1 once a replica placed them all.
+        largest = 0
         try:
             for replica_idx in range(missing):
-                steered |= self._simulate_replica_memory(
+                placed, biggest = self._simulate_replica_memory(
                     ns_plan, replica_idx, data, more=replica_idx < missing - 1, aware=aware
                 )
+                steered |= placed
+                if biggest < 0 or largest < 0:
+                    largest = -1
+                elif biggest > largest:
+                    largest = biggest
         finally:
             self.exhausted.release()
-        if aware and steered and ns_plan.errors:
+        if steered and ns_plan.errors:
             error = ns_plan.errors[0]
             self._rollback()
             ns_plan.replicas = []
             ns_plan.errors = []
             ns_plan.warnings = []
-            self.ns_largest = [0, 0]
+            largest = 0
             try:
                 for replica_idx in range(missing):
-                    self._simulate_replica_memory(
+                    _, biggest = self._simulate_replica_memory(
                         ns_plan, replica_idx, data, more=replica_idx < missing - 1, aware=False
                     )
+                    if biggest < 0 or largest < 0:
+                        largest = -1
+                    elif biggest > largest:
+                        largest = biggest
             finally:
                 self.exhausted.release()
             if not ns_plan.errors:
@@ -640,10 +665,11 @@ class _Run:
         self.undo = None
         if len(ns_plan.errors) > 1:
             ns_plan.errors = list(dict.fromkeys(ns_plan.errors))
-        if self.ns_largest[0] > self.largest_disk:
-            self.largest_disk = self.ns_largest[0]
-        if self.ns_largest[1] > self.largest_memory:
-            self.largest_memory = self.ns_largest[1]
+        if largest < 0:
+            # Every project was placed: its maximum is taken once, at the end.
+            self.placed.append(sizes if rsizes is None else rsizes)
+        elif largest > self.largest_repository:
+            self.largest_repository = largest
 
     def _rollback(self) -> None:
         """Undo everything the namespace's abandoned attempt did to the run's records."""
@@ -669,6 +695,18 @@ class _Run:
         self.undo = {}
         self.undo_appends = []
 
+    def _estimate(self, repository_bytes: int | float) -> int | float:
+        """The estimate for ``repository_bytes`` of projects: × memory_ratio, rounded up."""
+        num, den = self.memory_ratio
+        return -(-repository_bytes * num // den)
+
+    def _r_limit(self, memory_bytes: int | float) -> int | float:
+        """The most repository bytes whose estimate fits in ``memory_bytes`` (−1: none)."""
+        if memory_bytes == _INF:
+            return _INF
+        num, den = self.memory_ratio
+        return memory_bytes * den // num if memory_bytes >= 0 else -1
+
     def _simulate_replica_memory(
         self,
         ns_plan: NamespacePlan,
@@ -677,11 +715,21 @@ class _Run:
         *,
         more: bool,
         aware: bool,
-    ) -> bool:
-        """Plan one replica with the memory dimension on; True if memory steered a choice.
+    ) -> tuple[bool, int]:
+        """Plan one replica with the memory dimension on.
 
-        With ``aware`` False this makes exactly the disk-only decisions of
+        Returns whether memory steered a choice (one the disk-only rule would
+        not have made) and the largest repository size placed. With
+        ``aware`` False this makes exactly the disk-only decisions of
         ``_simulate_replica`` and only keeps the memory figures.
+
+        Memory is tracked in repository bytes: the last index's memory test
+        ``estimate(Σr + r) <= limit`` is ``Σr + r <= floor(limit / ratio)``,
+        one integer per index. With an integral buffer factor ``num`` a
+        scaled size is ``r × num``, so that limit is folded into the disk
+        test as ``last_lim = min(max_storage, limit × num)``: the hot path
+        (a project joining the last index) costs what GitLab's does. With a
+        fractional factor the repository bytes are summed alongside.
         """
         disk = self.disk
         mem = self.mem
@@ -690,19 +738,18 @@ class _Run:
         write_mem = self._write_mem
         find = self.first_fit.find
         exhausted = self.exhausted
-        memory_only = exhausted.memory_only
         cap = self.cap
         node_ids = self.node_ids
         namespace_id = ns_plan.namespace_id
         errors = ns_plan.errors
         pnids = data.pnids
-        pids = data.pids
         sizes = data.sizes
-        mems = data.mems
+        rsizes = data.rsizes
+        num = data.num
+        mn, md = self.memory_ratio
+        linear = rsizes is None
         n = len(sizes)
         indices: list[PlannedIndex] = []
-        undo_appends = self.undo_appends if self.undo is not None else None
-        log = self.log
         #: warning type → [details of the first occurrence, occurrences]
         notes: dict[str, list] = {}
         steered = False
@@ -712,19 +759,19 @@ class _Run:
         last: PlannedIndex | None = None
         last_pos = -1
         last_max: int | float = -1  # no last index: nothing fits it
+        last_lim: int | float = -1  # linear: min(last_max, memory limit × num)
         last_req = 0
         last_to = 0
         first_pos = -1
-        last_mem = 0
+        last_r = 0  # fractional factor only: repository bytes in the last index
+        last_rlim: int | float = _INF  # repository bytes the memory limit allows
         last_mopen: int | float = 0  # the node's unclaimed memory when the index opened
-        last_mtgt: int | float = _INF  # memory the last index may grow to
         gated = False
         gate_ok: int | float = -1
         gate_fail: int | float = _INF
 
         for k in range(n):
             size = sizes[k]
-            mm = mems[k]
             if len(indices) >= cap:
                 errors.append(
                     PlanIssue(
@@ -737,211 +784,273 @@ class _Run:
                 stop = k
                 break
 
-            position = -1  # set: a memory-driven rollover to this candidate
-            cause = CAUSE_DISK
-            warning = None
-            if last_req + size <= last_max:
-                if last_mem + mm > last_mtgt:
+            if last_req + size > last_lim or (not linear and last_r + rsizes[k] > last_rlim):
+                position = -1  # set: a memory-driven rollover to this candidate
+                if last_req + size <= last_max:
                     # Fits the last index on disk but not in memory (aware only).
+                    index_r = last_req // num if linear else last_r
                     write(last_pos, last_max - last_req)
-                    write_mem(last_pos, last_mopen - last_mem)
+                    write_mem(last_pos, last_mopen - -(-index_r * mn // md))
                     steered = True
                     outcome = self._memory_limit(
-                        data, k, last_pos, first_pos, last_mem, last_mopen, len(indices), notes
+                        data, k, last_pos, first_pos, index_r, last_mopen, len(indices), notes
                     )
                     if outcome[0] == _OPEN:
-                        position, cause = outcome[1], outcome[2]
+                        position = outcome[1]
                     else:
-                        last_mtgt = outcome[1]
-                        if log is not None:
-                            self.decisions.append(
-                                Decision(
-                                    MEMORY_OVERFLOW,
-                                    namespace_id,
-                                    replica_idx,
-                                    len(indices) - 1,
-                                    pids[k],
-                                    pnids[k],
-                                    {DISK: size, MEMORY: mm},
-                                    last_pos,
-                                    exhausted.frozen(),
-                                    None,
-                                    exhausted.frozen_memory(),
-                                    None,
-                                    outcome[2],
-                                )
+                        last_rlim = outcome[1]
+                        if linear:
+                            limit = last_rlim * num
+                            last_lim = last_max if last_max < limit else limit
+                        if self.log is not None:
+                            self._record(
+                                MEMORY_OVERFLOW,
+                                ns_plan,
+                                replica_idx,
+                                len(indices) - 1,
+                                data,
+                                k,
+                                last_pos,
+                                warning=outcome[2],
                             )
-                if position < 0:
-                    # Joins the last index, after GitLab's gate (10.1, 10.3).
-                    if gated and size > gate_ok:
-                        if size < gate_fail and find(size) is not None:
-                            gate_ok = size
-                        else:
+                if position >= 0 or last_req + size > last_max:
+                    # A new index: the replica's first, a disk rollover, or
+                    # (position set) a memory rollover.
+                    warning = None
+                    if position >= 0:
+                        cause = outcome[2]
+                    elif last is None:
+                        cause = CAUSE_FIRST
+                    else:
+                        cause = CAUSE_DISK
+                    if last is not None:
+                        write(last_pos, last_max - last_req)
+                        write_mem(
+                            last_pos,
+                            last_mopen - -(-(last_req // num if linear else last_r) * mn // md),
+                        )
+                    if position < 0:
+                        position = find(size) if size < gate_fail else None
+                        if position is None:
                             if size < gate_fail:
                                 gate_fail = size
-                            write(last_pos, last_max - last_req)
-                            write_mem(last_pos, last_mopen - last_mem)
                             self._unavailable(
                                 ns_plan,
                                 replica_idx,
                                 len(indices),
-                                pids[k],
+                                data.pids[k],
                                 pnids[k],
                                 size,
-                                fits_last_index_node_id=node_ids[last_pos],
                                 exhausted=exhausted.frozen_disk(),
                             )
                             skipped.append(k)
                             continue
-                    last_req += size
-                    last_mem += mm
+                        if aware and (
+                            mem[position] < -(-(size // num if linear else rsizes[k]) * mn // md)
+                            or position in exhausted.memory_only
+                        ):
+                            # GitLab's node lacks the memory (or the split left it).
+                            steered = True
+                            position, warning = self._memory_choice(
+                                ns_plan, replica_idx, len(indices), data, k, first_pos, notes
+                            )
+                            if position is None:
+                                skipped.append(k)
+                                continue
+                    if self.log is not None:
+                        self._record(
+                            NEW_INDEX,
+                            ns_plan,
+                            replica_idx,
+                            len(indices),
+                            data,
+                            k,
+                            position,
+                            cause=cause,
+                            warning=warning,
+                            memory=aware,
+                        )
+                    max_bytes = disk[position]
+                    ceiling = ceilings[position]
+                    shown = None if ceiling == _INF else ceiling
+                    if last is None:
+                        index = PlannedIndex(
+                            node_ids[position], namespace_id, None, None, 0, max_bytes, 0, shown
+                        )
+                        first_pos = position
+                    else:
+                        last.required_storage_bytes = last_req
+                        last.estimated_memory_bytes = -(
+                            -(last_req // num if linear else last_r) * mn // md
+                        )
+                        last.project_namespace_id_to = last_to
+                        index = PlannedIndex(
+                            node_ids[position],
+                            namespace_id,
+                            last_to + 1,
+                            None,
+                            0,
+                            max_bytes,
+                            0,
+                            shown,
+                        )
+                        if position == first_pos:
+                            errors.append(
+                                PlanIssue(
+                                    namespace_id,
+                                    replica_idx,
+                                    NODE_REUSED_IN_NAMESPACE,
+                                    f"Index {len(indices)} of replica {replica_idx} is planned "
+                                    f"on node {node_ids[position]}, which already holds index 0 "
+                                    "of this replica; provisioning would violate the unique "
+                                    "(enabled namespace, node) index",
+                                )
+                            )
+                        exhausted.add(position)
+                        gated = True
+                    indices.append(index)
+                    self.node_indices[position].append(index)
+                    if self.undo is not None:
+                        self.undo_appends.append(position)
+                    last = index
+                    last_pos = position
+                    last_max = max_bytes
+                    last_req = size
                     last_to = pnids[k]
+                    last_mopen = mem[position]
+                    if not linear:
+                        last_r = rsizes[k]
+                    last_lim = max_bytes
+                    if aware:
+                        last_rlim = self._r_limit(ceiling if ceiling < last_mopen else last_mopen)
+                        if linear and last_rlim * num < max_bytes:
+                            last_lim = last_rlim * num
+                    gate_ok = -1
                     continue
 
-            # A new index: the replica's first, a disk rollover, or (position
-            # set) a memory rollover.
-            if last is not None:
-                write(last_pos, last_max - last_req)
-                write_mem(last_pos, last_mopen - last_mem)
-            if position < 0:
-                position = find(size) if size < gate_fail else None
-                if position is None:
+            # Joins the last index, after GitLab's gate (10.1, 10.3).
+            if gated and size > gate_ok:
+                if size < gate_fail and find(size) is not None:
+                    gate_ok = size
+                else:
                     if size < gate_fail:
                         gate_fail = size
+                    write(last_pos, last_max - last_req)
+                    write_mem(
+                        last_pos,
+                        last_mopen - -(-(last_req // num if linear else last_r) * mn // md),
+                    )
                     self._unavailable(
                         ns_plan,
                         replica_idx,
                         len(indices),
-                        pids[k],
+                        data.pids[k],
                         pnids[k],
                         size,
+                        fits_last_index_node_id=node_ids[last_pos],
                         exhausted=exhausted.frozen_disk(),
                     )
                     skipped.append(k)
                     continue
-                if last is None:
-                    cause = CAUSE_FIRST
-                if aware and (mem[position] < mm or position in memory_only):
-                    # GitLab's node lacks the memory: the first node with both.
-                    steered = True
-                    if last is not None:
-                        exhausted.add_memory(first_pos)
-                    chosen = self.fit_both.find(data.rsizes[k])
-                    if chosen is None:
-                        # Nowhere with both: the disk-only choice, with a warning.
-                        chosen = self._disk_only_choice(size)
-                        if chosen is None:
-                            self._unavailable(
-                                ns_plan,
-                                replica_idx,
-                                len(indices),
-                                pids[k],
-                                pnids[k],
-                                size,
-                                memory=mm,
-                            )
-                            skipped.append(k)
-                            continue
-                        warning = MEMORY_BUDGET_INSUFFICIENT
-                        _note(
-                            notes,
-                            warning,
-                            f"Node {node_ids[chosen]} has the unclaimed storage for project "
-                            f"{pids[k]} (size {size}) but not its estimated memory "
-                            f"({mm} bytes requested, {_show(mem[chosen])} available), and no "
-                            "usable node has both; the project opened index "
-                            f"{len(indices)} there by the disk-only rule",
-                        )
-                    position = chosen
-            if log is not None:
-                self.decisions.append(
-                    Decision(
-                        NEW_INDEX,
-                        namespace_id,
-                        replica_idx,
-                        len(indices),
-                        pids[k],
-                        pnids[k],
-                        {DISK: size, MEMORY: mm},
-                        position,
-                        exhausted.frozen(),
-                        None,
-                        exhausted.frozen_memory(),
-                        cause,
-                        warning,
-                    )
-                )
-            max_bytes = disk[position]
-            ceiling = ceilings[position]
-            shown_ceiling = None if ceiling == _INF else ceiling
-            if last is None:
-                index = PlannedIndex(
-                    node_ids[position], namespace_id, None, None, 0, max_bytes, 0, shown_ceiling
-                )
-                first_pos = position
-            else:
-                last.required_storage_bytes = last_req
-                last.estimated_memory_bytes = last_mem
-                last.project_namespace_id_to = last_to
-                index = PlannedIndex(
-                    node_ids[position],
-                    namespace_id,
-                    last_to + 1,
-                    None,
-                    0,
-                    max_bytes,
-                    0,
-                    shown_ceiling,
-                )
-                if position == first_pos:
-                    errors.append(
-                        PlanIssue(
-                            namespace_id,
-                            replica_idx,
-                            NODE_REUSED_IN_NAMESPACE,
-                            f"Index {len(indices)} of replica {replica_idx} is planned on node "
-                            f"{node_ids[position]}, which already holds index 0 of this "
-                            "replica; provisioning would violate the unique "
-                            "(enabled namespace, node) index",
-                        )
-                    )
-                exhausted.add(position)
-                gated = True
-            indices.append(index)
-            self.node_indices[position].append(index)
-            if undo_appends is not None:
-                undo_appends.append(position)
-            last = index
-            last_pos = position
-            last_max = max_bytes
-            last_req = size
+            last_req += size
             last_to = pnids[k]
-            last_mem = mm
-            last_mopen = mem[position]
-            if aware:
-                last_mtgt = ceiling if ceiling < last_mopen else last_mopen
-            gate_ok = -1
+            if not linear:
+                last_r += rsizes[k]
 
         if last is not None:
             last.required_storage_bytes = last_req
-            last.estimated_memory_bytes = last_mem
+            last.estimated_memory_bytes = -(-(last_req // num if linear else last_r) * mn // md)
             last.project_namespace_id_to = None
             write(last_pos, last_max - last_req)
-            write_mem(last_pos, last_mopen - last_mem)
+            write_mem(last_pos, last_mopen - last.estimated_memory_bytes)
             if more:
                 exhausted.add(first_pos)
         ns_plan.replicas.append(ReplicaPlan(indices))
         if notes:
             self._warn(ns_plan, replica_idx, indices, notes)
         if skipped or stop < n:
-            self._largest_of_partial(data, skipped, stop)
-        else:
-            largest_disk, largest_memory = data.largest()
-            if largest_disk > self.ns_largest[0]:
-                self.ns_largest[0] = largest_disk
-            if largest_memory > self.ns_largest[1]:
-                self.ns_largest[1] = largest_memory
-        return steered
+            refused = set(skipped)
+            return steered, max((data.r(k) for k in range(stop) if k not in refused), default=0)
+        return steered, -1
+
+    def _memory_choice(
+        self,
+        ns_plan: NamespacePlan,
+        replica_idx: int,
+        index_idx: int,
+        data: _Projects,
+        k: int,
+        first_pos: int,
+        notes: dict[str, list],
+    ) -> tuple[int | None, str | None]:
+        """The node for a new index when GitLab's disk choice lacks the memory.
+
+        The first node with room in both dimensions that the namespace may
+        use; when there is none, the disk-only choice with a
+        ``memory_budget_insufficient`` warning (returned as the second item);
+        ``(None, None)`` when there is no node at all (a ``node_unavailable``
+        error has been recorded). The replica's first node is excluded first:
+        a memory-driven choice never reuses it.
+        """
+        r = data.r(k)
+        mm = self._estimate(r)
+        self.exhausted.add_memory(first_pos)
+        chosen = self.fit_both.find(r)
+        if chosen is not None:
+            return chosen, None
+        # Nowhere with both: the disk-only choice, with a warning.
+        size = data.sizes[k]
+        chosen = self._disk_only_choice(size)
+        if chosen is None:
+            self._unavailable(
+                ns_plan, replica_idx, index_idx, data.pids[k], data.pnids[k], size, memory=mm
+            )
+            return None, None
+        _note(
+            notes,
+            MEMORY_BUDGET_INSUFFICIENT,
+            f"Node {self.node_ids[chosen]} has the unclaimed storage for project "
+            f"{data.pids[k]} (size {size}) but not its estimated memory ({mm} bytes "
+            f"requested, {_show(self.mem[chosen])} available), and no usable node has both; "
+            f"the project opened index {index_idx} there by the disk-only rule",
+        )
+        return chosen, MEMORY_BUDGET_INSUFFICIENT
+
+    def _record(
+        self,
+        kind: str,
+        ns_plan: NamespacePlan,
+        replica_idx: int,
+        index_idx: int,
+        data: _Projects,
+        k: int,
+        position: int,
+        *,
+        cause: str | None = None,
+        warning: str | None = None,
+        memory: bool = True,
+    ) -> None:
+        """A decision record of the memory dimension (only when recording)."""
+        size = data.sizes[k]
+        exhausted = self.exhausted
+        self.decisions.append(
+            Decision(
+                kind,
+                ns_plan.namespace_id,
+                replica_idx,
+                index_idx,
+                data.pids[k],
+                data.pnids[k],
+                # The decisions of an unaware pass are disk-only: they ask for disk.
+                {DISK: size, MEMORY: self._estimate(data.r(k))} if memory else {DISK: size},
+                position,
+                exhausted.frozen(),
+                None,
+                exhausted.frozen_memory(),
+                cause,
+                warning,
+            )
+        )
 
     def _memory_limit(
         self,
@@ -949,7 +1058,7 @@ class _Run:
         k: int,
         last_pos: int,
         first_pos: int,
-        last_mem: int,
+        last_r: int,
         last_mopen: int | float,
         n_indices: int,
         notes: dict[str, list],
@@ -957,16 +1066,20 @@ class _Run:
         """Project ``k`` fits the last index on disk but not in memory: roll over, or stay.
 
         Returns ``(_OPEN, position, cause)`` for a rollover to ``position``,
-        or ``(_JOIN, target, warning_type)``: the project stays in the last
-        index, whose memory target becomes ``target`` (infinite: no more
-        memory checks for this index, the disk-only decision from here on).
+        or ``(_JOIN, limit, warning_type)``: the project stays in the last
+        index, whose memory limit becomes ``limit`` repository bytes
+        (infinite: no more memory checks for this index, the disk-only
+        decision from here on).
 
         The last index's node (and the replica's first node) are excluded
         from the replica's memory-driven choices *before* any candidate is
         chosen (seed 1c), so a rollover never lands where the limit was hit.
         """
         size = data.sizes[k]
-        mm = data.mems[k]
+        r = data.r(k)
+        estimate = self._estimate
+        mm = estimate(r)
+        last_mem = estimate(last_r)
         pid = data.pids[k]
         exhausted = self.exhausted
         node_ids = self.node_ids
@@ -977,10 +1090,10 @@ class _Run:
         exhausted.add_memory(first_pos)
         here = f"index {n_indices - 1} on node {node_ids[last_pos]}"
 
-        if last_mem + mm > last_mopen:
+        if estimate(last_r + r) > last_mopen:
             # The node's own unclaimed memory is short (not only the ceiling).
             if cap_left > 0:
-                position = self.fit_both.find(data.rsizes[k])
+                position = self.fit_both.find(r)
                 if position is not None:
                     return (_OPEN, position, CAUSE_MEMORY_BUDGET)
                 if self._disk_only_choice(size) is not None:
@@ -1019,7 +1132,7 @@ class _Run:
                     first = p
         allowed = cap_left if cap_left > 0 else 0
         more = usable if usable < allowed else allowed
-        left = data.suffix(k)
+        left = estimate(data.suffix(k))
         ceiling = self.ceilings[last_pos]
         if more > 0 and left <= more * ceiling:
             return (_OPEN, first, CAUSE_MEMORY_CEILING)
@@ -1033,9 +1146,10 @@ class _Run:
         else:
             wtype = MEMORY_NODE_EXHAUSTED
             why = (
-                f"only {usable} other node(s) can take a new index of this replica (the others "
-                "are exhausted for the namespace or without the room)"
-            )
+                f"only {usable} other node(s) can take a new index of this replica"
+                if usable
+                else "no other node can take a new index of this replica"
+            ) + " (the others are exhausted for the namespace or without the room)"
         head = (
             f"{here} reached its max_memory_bytes ({ceiling}) at project {pid}; the rest of "
             f"the replica needs {left} bytes of estimated memory and {why}"
@@ -1050,14 +1164,15 @@ class _Run:
             return (_JOIN, _INF, wtype)
         share = -(-(last_mem + left) // (more + 1))
         target = share if share < last_mopen else last_mopen
-        if last_mem + mm <= target:
+        limit = self._r_limit(target)
+        if last_r + r <= limit:
             _note(
                 notes,
                 wtype,
                 f"{head}, so the last {more + 1} indices are balanced at about {share} bytes "
                 "each instead, past max_memory_bytes",
             )
-            return (_JOIN, target, wtype)
+            return (_JOIN, limit, wtype)
         return (_OPEN, first, CAUSE_MEMORY_CEILING)
 
     def _disk_only_choice(self, size: int) -> int | None:
@@ -1101,16 +1216,6 @@ class _Run:
             if over and wtype != MEMORY_BUDGET_INSUFFICIENT:
                 text += ". Over max_memory_bytes: " + ", ".join(over)
             ns_plan.warnings.append(PlanIssue(ns_plan.namespace_id, replica_idx, wtype, text))
-
-    def _largest_of_partial(self, data: _Projects, skipped: list[int], stop: int) -> None:
-        """The largest placed project of a replica that did not place every project."""
-        refused = set(skipped)
-        for k in range(stop):
-            if k not in refused:
-                if data.sizes[k] > self.ns_largest[0]:
-                    self.ns_largest[0] = data.sizes[k]
-                if data.mems[k] > self.ns_largest[1]:
-                    self.ns_largest[1] = data.mems[k]
 
     def _unavailable(
         self,
@@ -1239,9 +1344,14 @@ class _Run:
                     by_id[node_id].memory = NodeMemory(
                         self.budgets[pos], _finite(self.mem_before[pos]), _finite(self.mem[pos])
                     )
+            num, den = self.factor
+            largest = max(chain.from_iterable(self.placed), default=0)
+            if den == 1:
+                largest //= num
+            largest = max(largest, self.largest_repository)
             bounds = {
-                DISK: _bounds(self.before, self.disk, self.largest_disk),
-                MEMORY: _bounds(self.mem_before, self.mem, self.largest_memory),
+                DISK: _bounds(self.before, self.disk, -(-largest * num // den)),
+                MEMORY: _bounds(self.mem_before, self.mem, self._estimate(largest)),
             }
         return Plan(
             create=create,
@@ -1253,14 +1363,6 @@ class _Run:
             log=self.log,
             bounds=bounds,
         )
-
-
-def _scaled(rsizes: list[int], ratio: tuple[int, int]) -> list[int]:
-    """Each size × the ratio, rounded up to whole bytes (exact integer arithmetic)."""
-    num, den = ratio
-    if den == 1:
-        return [r * num for r in rsizes]
-    return [-(-r * num // den) for r in rsizes]
 
 
 def _finite(value: int | float) -> int | None:

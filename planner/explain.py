@@ -7,6 +7,15 @@ that found no node, why every candidate refused it; for each empty replica,
 which candidates were usable and which one had the most room. The reasons
 come from ``planner.filters`` and are data (``Rejection``); ``render_text``
 turns the explanation into lines a person reads.
+
+With the memory dimension on, requests and availability carry ``memory``
+next to ``disk`` (``None`` available: no budget, no limit), a new index says
+why it opened (``cause``: ``first``, ``disk``, ``memory_ceiling``,
+``memory_budget``) and which memory warning a degraded choice raised, nodes
+left by a memory-driven split are passed over as ``memory_exhausted``, and a
+``memory_overflow`` decision explains why a project stayed in an index past
+its memory limit (every candidate that could not take a new index, and the
+ones that could when the split was balanced instead).
 """
 
 from __future__ import annotations
@@ -15,14 +24,14 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
-from planner.core import EMPTY_REPLICA, NEW_INDEX, NO_NODE
+from planner.core import EMPTY_REPLICA, MEMORY_OVERFLOW, NEW_INDEX, NO_NODE
 from planner.filters import (
     Rejection,
     candidate_rejections,
     empty_replica_rejections,
 )
 from planner.plan import DecisionLog, NamespacePlan, Plan
-from planner.scenario import DISK
+from planner.scenario import DISK, MEMORY
 
 
 def explain(plan: Plan, *, namespace_id: int | None = None) -> list[dict[str, Any]]:
@@ -53,7 +62,7 @@ def _explain_namespace(
     taken: dict[int, list[dict[str, Any]]] = {}
     passed: dict[int, Counter[str]] = {}
     for item in explained:
-        if item["node_id"] is not None:
+        if item["node_id"] is not None and item["kind"] != MEMORY_OVERFLOW:
             taken.setdefault(item["node_id"], []).append(
                 {"replica_idx": item["replica_idx"], "index_idx": item["index_idx"]}
             )
@@ -75,6 +84,7 @@ def _explain_namespace(
         "action": ns_plan.action,
         "failed": ns_plan.failed,
         "errors": [error.to_dict() for error in ns_plan.errors],
+        "warnings": [warning.to_dict() for warning in ns_plan.warnings],
         "decisions": explained,
         "nodes": nodes,
     }
@@ -89,7 +99,26 @@ def _explain_decision(log: DecisionLog, sequence: int) -> dict[str, Any]:
     chosen = decision.node_position
     passed_over: list[dict[str, Any]] = []
     not_best: list[dict[str, Any]] = []
-    if decision.kind == EMPTY_REPLICA:
+    usable: list[dict[str, Any]] = []
+    if decision.kind == MEMORY_OVERFLOW:
+        # Every other candidate: why it could not take a new index of the
+        # replica, or (a balanced split) that it could.
+        for position, node_id in enumerate(node_ids):
+            if position == chosen:
+                continue
+            available = log.available(sequence, position)
+            reasons = candidate_rejections(
+                node_id,
+                decision.requested,
+                available,
+                exhausted=position in decision.exhausted,
+                memory_exhausted=position in decision.memory_exhausted,
+            )
+            if reasons:
+                passed_over.append(_entry(node_id, reasons))
+            else:
+                usable.append({"node_id": node_id, "available": available})
+    elif decision.kind == EMPTY_REPLICA:
         for position, node_id in enumerate(node_ids):
             if position == chosen:
                 continue
@@ -111,6 +140,7 @@ def _explain_decision(log: DecisionLog, sequence: int) -> dict[str, Any]:
                 decision.requested,
                 log.available(sequence, position),
                 exhausted=position in decision.exhausted,
+                memory_exhausted=position in decision.memory_exhausted,
             )
             passed_over.append(_entry(node_ids[position], reasons))
     out: dict[str, Any] = {
@@ -128,6 +158,11 @@ def _explain_decision(log: DecisionLog, sequence: int) -> dict[str, Any]:
         out["not_best"] = not_best
     if decision.kind == NO_NODE:
         out["fits_last_index_node_id"] = decision.fits_last_index_node_id
+    if decision.kind == MEMORY_OVERFLOW:
+        out["usable"] = usable
+    if log.memory and decision.kind != EMPTY_REPLICA:
+        out["cause"] = decision.cause
+        out["warning"] = decision.warning
     return out
 
 
@@ -154,6 +189,9 @@ def render_text(explanations: Iterable[dict[str, Any]]) -> str:
         for error in ns["errors"]:
             where = "" if error["replica_idx"] is None else f" (replica {error['replica_idx']})"
             lines.append(f"  error {error['type']}{where}: {error['details']}")
+        for warning in ns.get("warnings", []):
+            where = "" if warning["replica_idx"] is None else f" (replica {warning['replica_idx']})"
+            lines.append(f"  warning {warning['type']}{where}: {warning['details']}")
         for decision in ns["decisions"]:
             lines.extend(_decision_lines(decision))
         if ns["nodes"]:
@@ -173,8 +211,21 @@ def render_text(explanations: Iterable[dict[str, Any]]) -> str:
     return "\n".join(lines) + ("\n" if lines else "")
 
 
+_CAUSES = {
+    "first": "the replica's first index",
+    "disk": "the last index was full on disk",
+    "memory_ceiling": "the last index reached its max_memory_bytes",
+    "memory_budget": "the last index's node ran out of memory budget",
+}
+
+
+def _amount(value: int | None) -> str:
+    return "no limit" if value is None else f"{value:,}"
+
+
 def _decision_lines(decision: dict[str, Any]) -> list[str]:
     requested = decision["requested"][DISK]
+    memory = decision["requested"].get(MEMORY)
     if decision["kind"] == NEW_INDEX:
         head = (
             f"  replica {decision['replica_idx']} index {decision['index_idx']}: node "
@@ -182,11 +233,29 @@ def _decision_lines(decision: dict[str, Any]) -> list[str]:
             f"{decision['project_namespace_id']}), requested {requested:,} bytes, node had "
             f"{decision['available'][DISK]:,} unclaimed"
         )
+        if memory is not None:
+            head += (
+                f"; memory requested {memory:,} bytes, node had "
+                f"{_amount(decision['available'][MEMORY])} unclaimed"
+            )
+            if decision.get("cause") in _CAUSES:
+                head += f" ({_CAUSES[decision['cause']]})"
+            if decision.get("warning"):
+                head += f"; degraded to the disk-only choice: {decision['warning']}"
+    elif decision["kind"] == MEMORY_OVERFLOW:
+        head = (
+            f"  replica {decision['replica_idx']} index {decision['index_idx']}: project "
+            f"{decision['project_id']} (project namespace {decision['project_namespace_id']}, "
+            f"memory {memory:,} bytes) stays on node {decision['node_id']} past the index's "
+            f"memory limit: {decision['warning']}"
+        )
     elif decision["kind"] == NO_NODE:
         head = (
             f"  replica {decision['replica_idx']}: no node for project {decision['project_id']} "
             f"(project namespace {decision['project_namespace_id']}), requested {requested:,} bytes"
         )
+        if memory is not None:
+            head += f" and {memory:,} bytes of memory"
         if decision["fits_last_index_node_id"] is not None:
             head += (
                 f"; it fitted the last index on node {decision['fits_last_index_node_id']}, but "
@@ -207,5 +276,11 @@ def _decision_lines(decision: dict[str, Any]) -> list[str]:
         lines.append(
             f"    node {entry['node_id']} usable, not the roomiest: "
             f"{entry['available'][DISK]:,} bytes"
+        )
+    for entry in decision.get("usable", []):
+        lines.append(
+            f"    node {entry['node_id']} could take a new index ({entry['available'][DISK]:,} "
+            f"bytes unclaimed storage, {_amount(entry['available'][MEMORY])} memory); the split "
+            "was balanced instead"
         )
     return lines

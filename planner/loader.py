@@ -5,9 +5,17 @@ in ``../shared/contracts/plan-scenario.md``), so a rollout's input can be
 written to a file and replayed without a database.
 
 * ``nodes``: the pool's candidate nodes in candidate order, each with its
-  ``unclaimed_storage_bytes`` (computed in SQL by the selection) and the
+  ``unclaimed_storage_bytes`` (computed in SQL by the selection), the
   ``process_health`` it last reported (only the webserver counters the
-  planner reads; ``null`` when the node reported none).
+  planner reads; ``null`` when the node reported none) and its own
+  ``memory_budget_bytes`` (source B, ``zoekt.memory.reported_memory_limit``:
+  the webserver's reported ``memory_limit_bytes`` when its version passes
+  the gate; ``null`` otherwise, and always ``null`` while the budget setting
+  is unset, so the plan is then the disk-only plan). With memory planning on
+  each node also carries ``reserved_memory_bytes``: the estimated memory of
+  the ready and pre-ready indices it already holds (the repository bytes of
+  the projects in their ranges × ``memory_ratio``), the memory counterpart
+  of the reservations netted out of its unclaimed storage.
 * ``namespaces``: the selected enabled namespaces in selection order, each
   with ``number_of_replicas`` (the override, else the default setting), its
   ``existing_replicas`` (``{id, state}`` with GitLab's state names, by id)
@@ -19,12 +27,17 @@ written to a file and replayed without a database.
   (an integer when integral, else the float as is: the core takes a float at
   its shortest decimal form and rounds each project's bytes up, and JSON
   round-trips that form exactly, so a replay plans the same bytes);
-  ``max_indices_per_replica`` 10. Memory options are left out.
+  ``max_indices_per_replica`` 10; ``memory``: ``node_memory_budget_bytes``
+  from the ``zoekt_node_memory_budget_bytes`` setting (``null``: memory
+  planning off), ``memory_ratio`` from ``zoekt_memory_ratio`` and
+  ``concurrency_factor`` the core's ``CONCURRENCY_FACTOR`` (a constant, not a
+  setting).
 
 Queries: one for the existing replicas and one for the projects of every
 selected root, read through a server-side cursor in chunks of
 ``chunk_size`` rows (one statement, ``FETCH`` round trips of ``chunk_size``
-rows), plus the buffer factor's when its cache is cold. The count does not
+rows), plus the buffer factor's when its cache is cold, plus one for the
+nodes' reserved memory when memory planning is on. The count does not
 grow with the number of projects, nor with the number of namespaces.
 """
 
@@ -35,8 +48,9 @@ from typing import Any
 
 from django.db import connection
 
+from planner.core import CONCURRENCY_FACTOR
 from planner.selection import ResourcePool, SelectedNode
-from zoekt import capacity
+from zoekt import app_settings, capacity, memory
 from zoekt.buffer_factor import global_buffer_factor
 from zoekt.models import Replica
 
@@ -77,8 +91,10 @@ class ScenarioLoader:
         max_indices_per_replica: int = capacity.MAX_INDICES_PER_REPLICA,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         progress: Progress | None = None,
+        settings: app_settings.ZoektSettings | None = None,
     ) -> None:
         self.pool = pool
+        self.settings = settings
         self.buffer_factor = buffer_factor
         self.max_indices_per_replica = max_indices_per_replica
         self.chunk_size = chunk_size
@@ -107,12 +123,25 @@ class ScenarioLoader:
         if namespaces:
             self._load_existing_replicas(by_enabled)
             self._load_projects(by_root)
+        settings = self.settings or app_settings.current()
+        configured = settings.node_memory_budget_bytes
+        ratio = _number(settings.memory_ratio)
+        nodes = [node_entry(node, configured) for node in self.pool.nodes]
+        if configured is not None and nodes:
+            reserved = memory.estimated_memory_by_node([n["id"] for n in nodes], ratio)
+            for entry in nodes:
+                entry["reserved_memory_bytes"] = reserved.get(entry["id"], 0)
         return {
             "options": {
                 "buffer_factor": factor,
                 "max_indices_per_replica": self.max_indices_per_replica,
+                "memory": {
+                    "node_memory_budget_bytes": configured,
+                    "memory_ratio": ratio,
+                    "concurrency_factor": CONCURRENCY_FACTOR,
+                },
             },
-            "nodes": [node_entry(node) for node in self.pool.nodes],
+            "nodes": nodes,
             "namespaces": namespaces,
         }
 
@@ -170,12 +199,24 @@ def load_scenario(pool: ResourcePool, **options: Any) -> dict[str, Any]:
     return ScenarioLoader(pool, **options).load()
 
 
-def node_entry(node: SelectedNode) -> dict[str, Any]:
+def node_entry(node: SelectedNode, node_memory_budget_bytes: int | None = None) -> dict[str, Any]:
+    """A scenario node; its own memory budget (source B) only while the setting (A) is set."""
+    own_budget = None
+    if node_memory_budget_bytes is not None:
+        own_budget = memory.reported_memory_limit(node.metadata)
     return {
         "id": node.id,
         "unclaimed_storage_bytes": node.unclaimed_storage_bytes,
+        "memory_budget_bytes": own_budget,
         "process_health": process_health(node.metadata),
     }
+
+
+def _number(value: int | float) -> int | float:
+    """An integral float as an int (``1.0`` → ``1``), as the buffer factor is written."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
 
 
 def process_health(metadata: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -7,7 +7,8 @@
    that result, no re-enqueue.
 3. Load the scenario (``planner.loader``) and plan it (``planner.core``).
 4. Log the whole plan as **one** structured JSON record (event and key
-   ``zoekt_rollout_plan``), dry run or not.
+   ``zoekt_rollout_plan``), dry run or not, and keep it as a row for the
+   dashboard (``planner.records``).
 5. Dry run: stop here.
 6. Apply (``planner.apply``).
 7. Select again: re-enqueue when namespaces still need work and nodes are
@@ -33,6 +34,7 @@ from planner.apply import ProvisioningResult, ProvisioningService
 from planner.core import plan as make_plan
 from planner.loader import ScenarioLoader
 from planner.plan import Plan
+from planner.records import record_rollout_plan
 from planner.scenario import parse_scenario
 from planner.selection import DEFAULT_MAX_BATCH_SIZE, ResourcePool, SelectionService
 from zoekt import capacity
@@ -142,6 +144,7 @@ class RolloutService:
 
         with self._phase(result, "log"):
             log.info(PLAN_LOG_KEY, dry_run=dry_run, **{PLAN_LOG_KEY: result.plan.to_dict()})
+            record_rollout_plan(result)  # the dashboard's copy (zoekt_rollout_plans)
         if dry_run:
             result.outcome = Outcome.DRY_RUN
             return self._done(result)

@@ -10,7 +10,10 @@ GitLab's ``SelectionService``, at the database edge of the planner:
 * **nodes**: ``available_for_search_indexing`` (online, for search, positive
   unclaimed storage), most unclaimed first and then by id, each with its
   unclaimed bytes computed in SQL. This order is the planner's candidate
-  order.
+  order. While memory planning is on (the ``zoekt_node_memory_budget_bytes``
+  setting is set), a node at or over the high memory watermark (observed
+  webserver RSS ÷ its memory budget, ``zoekt.memory``) takes no new index:
+  it is left out of the candidates and listed in ``memory_excluded``.
 
 The two lists form the *resource pool* the loader turns into a scenario.
 The cost is two queries per 5,000 enabled namespaces walked plus one for the
@@ -23,7 +26,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from zoekt import app_settings, clock
+from zoekt import app_settings, clock, memory
 from zoekt.models import EnabledNamespace, Node
 
 #: GitLab's ``each_batch_with_mismatched_replicas`` batch size.
@@ -55,6 +58,9 @@ class ResourcePool:
 
     namespaces: tuple[SelectedNamespace, ...]
     nodes: tuple[SelectedNode, ...]
+    #: Nodes otherwise available but over the high memory watermark (memory
+    #: planning on only): ``(node id, RSS ÷ budget)``, by candidate order.
+    memory_excluded: tuple[tuple[int, float], ...] = ()
 
 
 class SelectionService:
@@ -70,9 +76,15 @@ class SelectionService:
         self.max_batch_size = max_batch_size
         self.settings = settings or app_settings.current()
         self.now = now or clock.now()
+        #: Filled by ``nodes()``: the nodes left out for memory (see ``ResourcePool``).
+        self.memory_excluded: list[tuple[int, float]] = []
 
     def execute(self) -> ResourcePool:
-        return ResourcePool(namespaces=tuple(self.namespaces()), nodes=tuple(self.nodes()))
+        namespaces = tuple(self.namespaces())
+        nodes = tuple(self.nodes())
+        return ResourcePool(
+            namespaces=namespaces, nodes=nodes, memory_excluded=tuple(self.memory_excluded)
+        )
 
     # ------------------------------------------------------------------ #
 
@@ -109,11 +121,23 @@ class SelectionService:
         return selected
 
     def nodes(self) -> list[SelectedNode]:
-        """The candidate nodes: online, for search, positive unclaimed; most unclaimed first."""
+        """The candidate nodes: online, for search, positive unclaimed; most unclaimed first.
+
+        While memory planning is on, nodes at or over the high memory
+        watermark are left out (and recorded in ``memory_excluded``).
+        """
         rows = Node.objects.available_for_search_indexing(self.now).values_list(
             "id", "annotated_unclaimed_storage_bytes", "metadata"
         )
-        return [
-            SelectedNode(node_id, unclaimed, metadata or {})
-            for node_id, unclaimed, metadata in rows
-        ]
+        configured = self.settings.node_memory_budget_bytes
+        self.memory_excluded = []
+        selected = []
+        for node_id, unclaimed, metadata in rows:
+            metadata = metadata or {}
+            if memory.excluded_from_placement(metadata, configured):
+                budget, _ = memory.memory_budget(metadata, configured)
+                rss = memory.webserver_counter(metadata, "rss_bytes")
+                self.memory_excluded.append((node_id, memory.memory_percent_used(rss, budget)))
+                continue
+            selected.append(SelectedNode(node_id, unclaimed, metadata))
+        return selected

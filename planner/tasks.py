@@ -37,7 +37,9 @@ def rollout_task() -> dict:
         if not acquired:
             log.info("rollout", skipped=Reason.LOCK_HELD)
             return {"skipped": Reason.LOCK_HELD}
-        result = RolloutService().execute(dry_run=False, batch_size=settings.rollout_batch_size)
+        # Decision records feed the dashboard's explanation (planner.records).
+        service = RolloutService(record_decisions=True)
+        result = service.execute(dry_run=False, batch_size=settings.rollout_batch_size)
     # Committed: a re-enqueued run sees this run's rows.
     summary = result.summary()
     log.info("rollout", **summary)

@@ -524,6 +524,7 @@ def test_settings_changelist_goes_to_the_single_row(admin_client):
         "Indexing",
         "Search",
         "Rollout",
+        "Memory",
         "Limits",
         "Lost nodes",
         "Record",
@@ -577,6 +578,8 @@ def test_settings_save_a_valid_change(admin_client):
         ("zoekt_rollout_batch_size", 0),
         ("zoekt_cpu_to_tasks_ratio", 0),
         ("zoekt_force_reindexing_percentage", 101),
+        ("zoekt_memory_ratio", 0),
+        ("zoekt_node_memory_budget_bytes", 0),
     ],
 )
 def test_settings_reject_an_invalid_value(admin_client, field, value):

@@ -40,6 +40,12 @@ GITLAB_DEFAULTS = {
     "default_number_of_replicas": 1,
     # GitLab's newer search-health setting (its default is this project's choice).
     "max_restarts_15m": 1,
+    # GitLab's SaaS-only node-level eviction, behind a setting here (off).
+    "node_level_eviction_enabled": False,
+    # Memory-aware planning (docs/memory.md): off until the budget is set.
+    "memory_ratio": 0.5,
+    "node_memory_budget_bytes": None,
+    "memory_auto_calibration": False,
 }
 
 
@@ -297,6 +303,10 @@ INVALID_VALUES = [
     pytest.param("zoekt_maximum_files", 0, id="maximum-files-0"),
     pytest.param("zoekt_trigram_max", -5, id="trigram-max-negative"),
     pytest.param("zoekt_default_number_of_replicas", 0, id="default-replicas-0"),
+    pytest.param("zoekt_memory_ratio", 0.0, id="memory-ratio-0"),
+    pytest.param("zoekt_memory_ratio", -0.5, id="memory-ratio-negative"),
+    pytest.param("zoekt_node_memory_budget_bytes", 0, id="memory-budget-0"),
+    pytest.param("zoekt_node_memory_budget_bytes", -1, id="memory-budget-negative"),
 ]
 
 VALID_VALUES = [
@@ -312,6 +322,10 @@ VALID_VALUES = [
     pytest.param("zoekt_force_reindexing_percentage", 0.0, id="force-reindexing-0"),
     pytest.param("zoekt_force_reindexing_percentage", 100.0, id="force-reindexing-100"),
     pytest.param("zoekt_default_number_of_replicas", 3, id="default-replicas-3"),
+    pytest.param("zoekt_memory_ratio", 0.125, id="memory-ratio-an-eighth"),
+    pytest.param("zoekt_memory_ratio", 3.0, id="memory-ratio-above-the-calibration-bounds"),
+    pytest.param("zoekt_node_memory_budget_bytes", None, id="memory-budget-unset"),
+    pytest.param("zoekt_node_memory_budget_bytes", 64 * 1024**3, id="memory-budget-64-gib"),
 ]
 
 
@@ -382,6 +396,9 @@ def test_the_settings_form_saves_valid_values():
         pytest.param("zoekt_maximum_files", -1, id="maximum-files-negative"),
         pytest.param("zoekt_trigram_max", 0, id="trigram-max-0"),
         pytest.param("zoekt_default_number_of_replicas", 0, id="default-replicas-0"),
+        pytest.param("zoekt_memory_ratio", 0, id="memory-ratio-0"),
+        pytest.param("zoekt_node_memory_budget_bytes", 0, id="memory-budget-0"),
+        pytest.param("zoekt_node_memory_budget_bytes", -5, id="memory-budget-negative"),
     ],
 )
 def test_the_database_refuses_an_out_of_range_setting(field, value):

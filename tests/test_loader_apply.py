@@ -82,14 +82,29 @@ def test_the_loader_builds_the_contract_scenario_from_the_database(now):
     loaded = scenario()
 
     assert loaded == {
-        "options": {"buffer_factor": 3, "max_indices_per_replica": 10},
+        "options": {
+            "buffer_factor": 3,
+            "max_indices_per_replica": 10,
+            # Memory planning is off until the budget setting is set (docs/memory.md).
+            "memory": {
+                "node_memory_budget_bytes": None,
+                "memory_ratio": 0.5,
+                "concurrency_factor": 4,
+            },
+        },
         "nodes": [
             {
                 "id": roomy.id,
                 "unclaimed_storage_bytes": 5000,
+                "memory_budget_bytes": None,
                 "process_health": {"webserver": {"rss_bytes": 4096, "shards_loaded": 7}},
             },
-            {"id": small.id, "unclaimed_storage_bytes": 1000, "process_health": None},
+            {
+                "id": small.id,
+                "unclaimed_storage_bytes": 1000,
+                "memory_budget_bytes": None,
+                "process_health": None,
+            },
         ],
         "namespaces": [
             {

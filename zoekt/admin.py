@@ -12,8 +12,11 @@ editable apart from timestamps and traversal ids.
 
 The node changelist computes its columns (index count, unclaimed storage) in
 the SQL that fetches the rows, so it costs the same number of queries for 3
-nodes as for 3,000. Liveness (online/offline) follows GitLab's 30-second rule
-read from ``zoekt.clock``.
+nodes as for 3,000; its memory columns (webserver RSS over the node's memory
+budget, and the memory watermark beside the disk one; ``zoekt.memory``) come
+from the reported metadata and the cached settings, without a query.
+Liveness (online/offline) follows GitLab's 30-second rule read from
+``zoekt.clock``.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from django.template.defaultfilters import filesizeformat
 from django.urls import reverse
 from django.utils.html import format_html
 
-from zoekt import app_settings, capacity
+from zoekt import app_settings, capacity, memory
 from zoekt.capacity import NodeWatermark
 from zoekt.models import (
     ApplicationSetting,
@@ -379,6 +382,10 @@ class NodeAdmin(SaveChangedFieldsMixin, admin.ModelAdmin):
         "uuid",
         "disk_percent_used",
         "disk_watermark",
+        "memory_percent_used",
+        "memory_watermark",
+        "memory_budget",
+        "webserver_rss",
         "online",
         "index_count",
         "unclaimed_storage",
@@ -414,6 +421,19 @@ class NodeAdmin(SaveChangedFieldsMixin, admin.ModelAdmin):
                     "indexed_bytes_display",
                     "disk_percent_used",
                     "disk_watermark",
+                )
+            },
+        ),
+        (
+            "Memory",
+            {
+                "fields": (
+                    "webserver_rss",
+                    "shards_loaded",
+                    "reported_memory_limit",
+                    "memory_budget",
+                    "memory_percent_used",
+                    "memory_watermark",
                 )
             },
         ),
@@ -455,6 +475,12 @@ class NodeAdmin(SaveChangedFieldsMixin, admin.ModelAdmin):
         "indexed_bytes_display",
         "disk_percent_used",
         "disk_watermark",
+        "webserver_rss",
+        "shards_loaded",
+        "reported_memory_limit",
+        "memory_budget",
+        "memory_percent_used",
+        "memory_watermark",
         "usable_storage_bytes_display",
         "reserved_storage",
         "unclaimed_storage",
@@ -493,6 +519,57 @@ class NodeAdmin(SaveChangedFieldsMixin, admin.ModelAdmin):
     def disk_watermark(self, obj: Node) -> str:
         level = obj.watermark
         return coloured(level.value, NODE_WATERMARK_COLOURS[level])
+
+    # --- memory (zoekt.memory): from the metadata and the cached settings, no query ---
+    @staticmethod
+    def _memory(obj: Node) -> tuple[int | None, str | None, float | None]:
+        budget, source = memory.memory_budget(
+            obj.metadata, app_settings.current().node_memory_budget_bytes
+        )
+        rss = memory.webserver_counter(obj.metadata, "rss_bytes")
+        return budget, source, memory.memory_percent_used(rss, budget)
+
+    @admin.display(description="memory used (RSS / budget)")
+    def memory_percent_used(self, obj: Node) -> str:
+        return percent(self._memory(obj)[2])
+
+    @admin.display(description="memory watermark")
+    def memory_watermark(self, obj: Node) -> str:
+        level = memory.memory_watermark(self._memory(obj)[2])
+        if level is None:
+            return EMPTY
+        return coloured(level.value, NODE_WATERMARK_COLOURS[level])
+
+    @admin.display(description="memory budget")
+    def memory_budget(self, obj: Node) -> str:
+        budget, source, _ = self._memory(obj)
+        if budget is None:
+            return EMPTY
+        return format_html("{} ({})", bytes_cell(budget), source)
+
+    @admin.display(
+        description="webserver RSS", ordering="metadata__process_health__webserver__rss_bytes"
+    )
+    def webserver_rss(self, obj: Node) -> str:
+        return bytes_cell(memory.webserver_counter(obj.metadata, "rss_bytes"))
+
+    @admin.display(description="shards loaded")
+    def shards_loaded(self, obj: Node) -> str:
+        value = memory.webserver_counter(obj.metadata, "shards_loaded")
+        return EMPTY if value is None else str(value)
+
+    @admin.display(description="reported memory limit")
+    def reported_memory_limit(self, obj: Node) -> str:
+        limit = memory.webserver_counter(obj.metadata, "memory_limit_bytes")
+        if limit is None:
+            return EMPTY
+        if memory.reported_memory_limit(obj.metadata) is None:
+            return format_html(
+                "{} (not used: needs Zoekt {} or later and a finite limit)",
+                bytes_cell(limit),
+                ".".join(map(str, memory.MEMORY_LIMIT_MIN_VERSION)),
+            )
+        return bytes_cell(limit)
 
     @admin.display(description="online", boolean=True, ordering="last_seen_at")
     def online(self, obj: Node) -> bool:
@@ -845,6 +922,16 @@ SETTINGS_FIELDSETS = (
         },
     ),
     (
+        "Memory",
+        {
+            "fields": (
+                "zoekt_node_memory_budget_bytes",
+                "zoekt_memory_ratio",
+                "zoekt_memory_auto_calibration",
+            )
+        },
+    ),
+    (
         "Limits",
         {
             "fields": (
@@ -885,9 +972,18 @@ class ApplicationSettingForm(forms.ModelForm):
         percentage = self.fields["zoekt_force_reindexing_percentage"]
         percentage.validators += [MinValueValidator(0), MaxValueValidator(100)]
         percentage.widget.attrs.update(min=0, max=100)
+        budget = self.fields["zoekt_node_memory_budget_bytes"]
+        budget.validators.append(MinValueValidator(1))
+        budget.widget.attrs["min"] = 1
 
     def clean_zoekt_cpu_to_tasks_ratio(self):
         value = self.cleaned_data["zoekt_cpu_to_tasks_ratio"]
+        if value is not None and value <= 0:
+            raise ValidationError("must be greater than 0")
+        return value
+
+    def clean_zoekt_memory_ratio(self):
+        value = self.cleaned_data["zoekt_memory_ratio"]
         if value is not None and value <= 0:
             raise ValidationError("must be greater than 0")
         return value

@@ -12,6 +12,7 @@ that means "off", disables the setting (``None``).
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import time
 
@@ -77,6 +78,11 @@ class ZoektSettings:
     default_number_of_replicas: int = 1
     max_restarts_15m: int = 1
     node_level_eviction_enabled: bool = False
+    # Memory-aware planning (docs/memory.md).
+    memory_ratio: float = 0.5
+    #: None (the default): memory planning is off and the plan is the disk-only plan.
+    node_memory_budget_bytes: int | None = None
+    memory_auto_calibration: bool = False
 
     @property
     def indexing_timeout(self) -> str:
@@ -113,6 +119,9 @@ def from_row(row) -> ZoektSettings:
         default_number_of_replicas=row.zoekt_default_number_of_replicas,
         max_restarts_15m=row.zoekt_max_restarts_15m,
         node_level_eviction_enabled=row.zoekt_node_level_eviction_enabled,
+        memory_ratio=row.zoekt_memory_ratio,
+        node_memory_budget_bytes=row.zoekt_node_memory_budget_bytes,
+        memory_auto_calibration=row.zoekt_memory_auto_calibration,
     )
 
 
@@ -193,6 +202,14 @@ def validate_setting_values(row) -> None:
         value = getattr(row, field)
         if isinstance(value, int | float) and not value > 0:
             errors[field] = "must be greater than 0"
+    ratio = row.zoekt_memory_ratio
+    if isinstance(ratio, int | float) and not (math.isfinite(ratio) and ratio > 0):
+        errors["zoekt_memory_ratio"] = "must be a finite number greater than 0"
+    budget = row.zoekt_node_memory_budget_bytes
+    if isinstance(budget, int) and budget <= 0:
+        errors["zoekt_node_memory_budget_bytes"] = (
+            "must be greater than 0 (leave it blank to plan by disk alone)"
+        )
     percentage = row.zoekt_force_reindexing_percentage
     if isinstance(percentage, int | float) and not 0 <= percentage <= 100:
         errors["zoekt_force_reindexing_percentage"] = "must be between 0 and 100"

@@ -67,7 +67,14 @@ def storage_percent_used(used_bytes: int, total_bytes: int) -> float:
 
 def node_watermark(percent_used: float, development: bool = False) -> NodeWatermark:
     """The highest limit the ratio reaches; reaching a limit (>=) exceeds it."""
-    low, high, critical = watermark_limits(development)
+    return node_watermark_for_limits(percent_used, watermark_limits(development))
+
+
+def node_watermark_for_limits(
+    percent_used: float, limits: tuple[float, float, float]
+) -> NodeWatermark:
+    """The highest of ``(low, high, critical)`` the ratio reaches (>=); also for memory."""
+    low, high, critical = limits
     if percent_used >= critical:
         return NodeWatermark.CRITICAL
     if percent_used >= high:

@@ -32,6 +32,18 @@ BEAT_SCHEDULE = {
         "schedule": 3600.0,
         "options": {"expires": 3600},
     },
+    # Memory (docs/memory.md): opt-in auto-calibration of memory_ratio, and the
+    # per-node estimated-vs-observed memory metrics as structured log records.
+    "calibrate-memory-ratio": {
+        "task": "zoekt.calibrate_memory_ratio",
+        "schedule": 3600.0,
+        "options": {"expires": 3600},
+    },
+    "log-node-memory": {
+        "task": "zoekt.log_node_memory",
+        "schedule": 60.0,
+        "options": {"expires": 60},
+    },
     # GitLab's RolloutWorker cron (*/10): select, plan and provision namespaces.
     "rollout": {
         "task": "zoekt.rollout",

@@ -56,6 +56,8 @@ class LockKey(enum.IntEnum):
     EVENT_UPDATE_INDEX_USED_STORAGE_BYTES = 32
     EVENT_SHRINK_OVERPROVISIONED_INDICES = 33
     EVENT_EVICT_OVERCOMMITTED_NODES = 34
+    # Memory (zoekt.memory): the hourly auto-calibration of memory_ratio.
+    CALIBRATE_MEMORY_RATIO = 35
 
 
 @contextlib.contextmanager

@@ -838,6 +838,29 @@ class ApplicationSetting(ClockStampedModel):
         help_text="GitLab's SaaS-only node-level eviction: every 5 minutes, nodes at 75 % disk "
         "or more lose the replicas of their smallest namespaces until they are under 60 %.",
     )
+    # Memory-aware planning (docs/memory.md). Not GitLab settings: the memory issue's.
+    zoekt_memory_ratio = models.FloatField(
+        "Estimated resident memory per byte of repository",
+        default=0.5,
+        help_text="memory_ratio: a project's estimated webserver memory is its repository size "
+        "times this (not times the buffer factor). A conservative default (0.5); see "
+        "docs/memory.md. Must be greater than 0.",
+    )
+    zoekt_node_memory_budget_bytes = models.BigIntegerField(
+        "Memory budget per node (bytes)",
+        null=True,
+        blank=True,
+        help_text="Leave blank to plan by disk alone (the default). When set, every node is "
+        "planned against this much webserver memory, or against the memory limit it reports "
+        "itself (Zoekt 1.16.0 or later). Bytes, e.g. 34359738368 for 32 GiB.",
+    )
+    zoekt_memory_auto_calibration = models.BooleanField(
+        "Calibrate the memory ratio automatically",
+        default=False,
+        help_text="Every hour, set the memory ratio from the 90th percentile of the observed "
+        "webserver RSS per repository byte of the online nodes, within 0.1 and 2.0. Does "
+        "nothing while no node reports its webserver RSS.",
+    )
     updated_at = models.DateTimeField(default=clock.now, editable=False)
 
     class Meta:
@@ -876,6 +899,14 @@ class ApplicationSetting(ClockStampedModel):
             models.CheckConstraint(
                 condition=Q(zoekt_max_restarts_15m__gte=0),
                 name="check_zoekt_max_restarts_15m_non_negative",
+            ),
+            models.CheckConstraint(
+                condition=Q(zoekt_memory_ratio__gt=0), name="check_zoekt_memory_ratio_positive"
+            ),
+            models.CheckConstraint(
+                condition=Q(zoekt_node_memory_budget_bytes__isnull=True)
+                | Q(zoekt_node_memory_budget_bytes__gt=0),
+                name="check_zoekt_node_memory_budget_bytes_positive",
             ),
         ]
 

@@ -54,3 +54,8 @@ class Reason(enum.StrEnum):
     ENABLED_NAMESPACE_NOT_FOUND = "enabled_namespace_not_found"
     TOO_MANY_DELETE_TASKS = "too_many_delete_tasks"
     DEPRECATED = "deprecated"
+    # Memory (zoekt.memory)
+    MEMORY_AUTO_CALIBRATION_DISABLED = "memory_auto_calibration_disabled"
+    NO_MEMORY_OBSERVATIONS = "no_memory_observations"
+    MEMORY_RATIO_CALIBRATED = "memory_ratio_calibrated"
+    MEMORY_HIGH_WATERMARK = "memory_high_watermark"

@@ -119,6 +119,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "django_celery_beat",
     "zoekt",
+    "planner",
     "api",
 ]
 
@@ -239,6 +240,9 @@ try:
     )
 except ValueError as exc:
     raise ImproperlyConfigured(f"ZOEKT_GITALY_STORAGES is not valid JSON: {exc}") from exc
+
+# /metrics is open unless this is set; then a scrape must send "Authorization: Bearer <token>".
+ZOEKT_METRICS_TOKEN = env_str("ZOEKT_METRICS_TOKEN") or None
 
 # Reference endpoints for bench/heartbeat (never enable in production).
 ZOEKT_BENCH_ENDPOINTS = env_bool("ZOEKT_BENCH_ENDPOINTS", False)

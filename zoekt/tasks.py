@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from zoekt import actions
+from zoekt import actions, memory
 from zoekt.buffer_factor import refresh_global_buffer_factor
 from zoekt.locks import LockKey, try_advisory_lock
 from zoekt.logging import get_logger
@@ -39,6 +39,27 @@ def refresh_buffer_factor_task() -> dict:
     }
     log.info("refresh_buffer_factor", **result)
     return result
+
+
+@shared_task(name="zoekt.calibrate_memory_ratio")
+def calibrate_memory_ratio_task() -> dict:
+    """Auto-calibration of ``memory_ratio`` (opt-in; a no-op without RSS reports)."""
+    with try_advisory_lock(LockKey.CALIBRATE_MEMORY_RATIO) as acquired:
+        if not acquired:
+            log.info("calibrate_memory_ratio", skipped=Reason.LOCK_HELD)
+            return {"skipped": Reason.LOCK_HELD}
+        result = memory.calibrate_memory_ratio().as_dict()
+    log.info("calibrate_memory_ratio", **result)
+    return result
+
+
+@shared_task(name="zoekt.log_node_memory")
+def log_node_memory_task() -> dict:
+    """One structured ``zoekt_node_memory`` record per search node: estimate vs observed."""
+    report = memory.node_memory_report()
+    for node in report:
+        log.info("zoekt_node_memory", **node.as_dict())
+    return {"nodes": len(report)}
 
 
 @shared_task(name="zoekt.handle_task_failed")

@@ -13,4 +13,10 @@ SCHEDULING_BEAT: dict[str, dict] = {
         "schedule": 60.0,
         "options": {"expires": 60},
     },
+    # GitLab's search_zoekt_metrics_update_cron_worker (every minute): one metrics log line.
+    "scheduling-metrics": {
+        "task": "zoekt.log_metrics",
+        "schedule": 60.0,
+        "options": {"expires": 60},
+    },
 }

@@ -74,7 +74,7 @@ def _run(
     # The lock is released (and its transaction committed): a re-emitted job can take it.
     if result.get("re_emit") and re_emit is not None:
         re_emit()
-    log.info(LOG_EVENT, worker=event, **ids, **result)
+    log.info(LOG_EVENT, **{**ids, **result, "worker": event})
     return result
 
 

@@ -9,7 +9,10 @@ from zoekt.locks import LockKey, try_advisory_lock
 from zoekt.logging import get_logger
 from zoekt.models import Project
 from zoekt.reasons import Reason
-from zoekt.scheduling import events  # noqa: F401  (registers the event tasks with the worker)
+from zoekt.scheduling import (
+    events,  # noqa: F401  (registers the event tasks with the worker)
+    metrics,
+)
 from zoekt.scheduling.indexing import IndexingTaskService
 from zoekt.scheduling.service import TASKS, SchedulingService
 
@@ -92,6 +95,17 @@ def run_scheduled_task(name: str, bypass_throttle: bool = False) -> dict:
             else:
                 result = {"task": name, "skipped": Reason.LOCK_HELD}
     log.info("scheduled_task", **result)
+    return result
+
+
+@shared_task(name="zoekt.log_metrics")
+def log_metrics_task() -> dict:
+    """GitLab's MetricsUpdateCronWorker: node and index counts, as one log line a minute."""
+    if not app_settings.current().indexing_enabled:
+        log.info("zoekt_metrics", skipped=Reason.INDEXING_DISABLED)
+        return {"skipped": Reason.INDEXING_DISABLED}
+    result = metrics.collect()
+    log.info("zoekt_metrics", **result)
     return result
 
 

@@ -30,7 +30,7 @@ from planner.loader import ScenarioLoader
 from planner.plan import Plan, dumps
 from planner.rollout import Outcome, RolloutResult, RolloutService
 from planner.scenario import parse_scenario
-from zoekt import app_settings, clock
+from zoekt import app_settings, clock, memory
 from zoekt.locks import LockKey, try_advisory_lock
 from zoekt.logging import get_logger
 from zoekt.models import Node
@@ -158,6 +158,7 @@ class Command(BaseCommand):
         factor = scenario["options"]["buffer_factor"]
         head = "Rollout run" if applied else "Next rollout (preview: nothing is written)"
         lines.append(f"{head}: batch size {batch_size}, buffer factor {factor}")
+        lines.append(_memory_line(scenario))
         deleted = result.replicas_without_indices_deleted
         verb = "removed" if applied else "to remove"
         lines.append(f"Replicas without indices {verb} first: {deleted}")
@@ -174,6 +175,15 @@ class Command(BaseCommand):
             f"destroy {len(plan.destroy)}, unchanged {len(plan.unchanged)}, "
             f"failures {len(plan.failures)}; required {_bytes(plan.total_required_storage_bytes)}"
         )
+        if plan.bounds:
+            lines.append(
+                "Balance (max node utilisation vs the best achievable lower bound): "
+                + "; ".join(
+                    f"{dim} {_fraction(values.get('max_utilization'))} vs "
+                    f"{_fraction(values.get('lower_bound'))}"
+                    for dim, values in sorted(plan.bounds.items())
+                )
+            )
         explanations = explain(plan) if plan.log is not None else []
         lines.extend(["", "Per namespace:"])
         by_namespace = {ns.namespace_id: ns for ns in plan.namespaces_in_order}
@@ -223,10 +233,16 @@ class Command(BaseCommand):
                         f"project namespaces {'…' if start is None else start}–"
                         f"{'…' if end is None else end}"
                     )
-                lines.append(
+                text = (
                     f"  {verb} replica {replica_idx} index {index_idx}: node {index.node_id}, "
                     f"{covers}, reserves {_bytes(index.required_storage_bytes)}"
                 )
+                if index.estimated_memory_bytes is not None:
+                    ceiling = index.max_memory_bytes
+                    text += f", estimated memory {_bytes(index.estimated_memory_bytes)} (max " + (
+                        "none: no budget)" if ceiling is None else f"{_bytes(ceiling)})"
+                    )
+                lines.append(text)
         return lines
 
     def _node_section(self, candidates, plan: Plan, explanations: list[dict]) -> list[str]:
@@ -252,6 +268,16 @@ class Command(BaseCommand):
                     f"{_bytes(change.claimed_storage_bytes)} for {len(change.indices)} "
                     f"new index(es) of namespaces {_ids(change.namespace_ids)}"
                 )
+            if change is not None and change.memory is not None:
+                mem = change.memory
+                if mem.memory_budget_bytes is None:
+                    text += "; memory: no budget"
+                else:
+                    text += (
+                        f"; memory budget {_bytes(mem.memory_budget_bytes)}, unclaimed "
+                        f"{_bytes(mem.unclaimed_memory_bytes_before)} → "
+                        f"{_bytes(mem.unclaimed_memory_bytes_after)}"
+                    )
             lines.append(f"  #{position + 1} node {node.id} ({name}): {text}")
             reasons = passed.get(node.id)
             if taken[node.id] or reasons:
@@ -306,6 +332,7 @@ class Command(BaseCommand):
 def _excluded_nodes(candidate_ids: set[int]) -> list[tuple[int, str, str]]:
     """Every other node, with why the selection left it out."""
     now = clock.now()
+    configured = app_settings.current().node_memory_budget_bytes
     online = set(Node.objects.online(now).values_list("id", flat=True))
     out = []
     rows = (
@@ -322,9 +349,38 @@ def _excluded_nodes(candidate_ids: set[int]) -> list[tuple[int, str, str]]:
             reasons.append("offline")
         if unclaimed <= 0:
             reasons.append(f"no unclaimed storage ({_bytes(unclaimed)})")
+        if memory.excluded_from_placement(metadata, configured):
+            budget, source = memory.memory_budget(metadata, configured)
+            rss = memory.webserver_counter(metadata, "rss_bytes")
+            reasons.append(
+                f"over the high memory watermark: webserver RSS {_bytes(rss)} is "
+                f"{_fraction(memory.memory_percent_used(rss, budget))} of its {source} memory "
+                f"budget {_bytes(budget)} (≥ {_fraction(memory.MEMORY_WATERMARK_LIMIT_HIGH)}; "
+                f"{Reason.MEMORY_HIGH_WATERMARK})"
+            )
         name = str((metadata or {}).get("name") or f"node-{node_id}")
         out.append((node_id, name, ", ".join(reasons) or "not selected"))
     return out
+
+
+def _memory_line(scenario: dict[str, Any]) -> str:
+    options = scenario["options"].get("memory") or {}
+    budget = options.get("node_memory_budget_bytes")
+    if budget is None:
+        return (
+            "Memory planning: off (zoekt_node_memory_budget_bytes is not set; "
+            "the plan is the disk-only plan)"
+        )
+    own = sum(1 for node in scenario["nodes"] if node.get("memory_budget_bytes") is not None)
+    return (
+        f"Memory planning: on, budget {_bytes(budget)} per node ({own} node(s) use the limit "
+        f"they report), memory ratio {options.get('memory_ratio')}, concurrency factor "
+        f"{options.get('concurrency_factor')}"
+    )
+
+
+def _fraction(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:.1f}%"
 
 
 def _bytes(value: int) -> str:

@@ -1,0 +1,170 @@
+"""An operator logs in through the admin and reads each dashboard page in Chromium.
+
+Every figure checked on screen is read from the database first (see
+``conftest``: no ORM call while the browser is open), and each page is
+saved as a screenshot under the test's tmp dir and in ``docs/screenshots/``.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.contrib.auth.models import Permission, User
+
+from planner.models import RolloutPlan
+from planner.rollout import RolloutService
+from tests.browser.conftest import PASSWORD, chromium_page, log_in, screenshot
+from tests.dashboard.builders import build_fleet, unplaced_namespace
+from zoekt import clock
+from zoekt.models import EnabledNamespace, Index, Node, Replica
+
+# Fixed ids and a fixed plan time keep the screenshots the same from run to run.
+pytestmark = pytest.mark.django_db(transaction=True, reset_sequences=True)
+
+PLANNED_AT = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
+GIB = 1024**3
+
+
+def seed() -> dict:
+    """A fleet of 8 nodes (one offline, one unhealthy), 12 namespaces and one dry-run plan."""
+    # Seen an hour ahead: the live server reads the real clock, and the nodes
+    # must stay online however long the browser takes.
+    ahead = clock.now() + timedelta(hours=1)
+    fleet = build_fleet(nodes=8, namespaces=12, seen_at=ahead)
+    offline, unhealthy = fleet.nodes[6], fleet.nodes[7]
+    Node.objects.filter(pk=offline.pk).update(last_seen_at=clock.now() - timedelta(hours=2))
+    metadata = dict(unhealthy.metadata)
+    metadata["process_health"]["webserver"]["restarts_15m"] = 5
+    Node.objects.filter(pk=unhealthy.pk).update(metadata=metadata)
+
+    fits = unplaced_namespace("newcomer", (300 * 1024**2, 200 * 1024**2))
+    too_big = unplaced_namespace("monorepo", (900 * GIB,))
+    RolloutService(record_decisions=True).execute(dry_run=True, batch_size=100)
+    plan = RolloutPlan.objects.get()
+    RolloutPlan.objects.filter(pk=plan.pk).update(created_at=PLANNED_AT)
+    plan.refresh_from_db()
+
+    user = User.objects.create_user("operator", password=PASSWORD, is_staff=True)
+    user.user_permissions.set(Permission.objects.filter(codename__startswith="view_"))
+
+    nodes = list(Node.objects.order_by("id"))
+    searchable = set(Node.objects.searchable().values_list("id", flat=True))
+    created = {ns["namespace_id"]: ns for ns in plan.plan["create"]}
+    failed = {ns["namespace_id"]: ns for ns in plan.plan["failures"]}
+    names = {node.id: node.name for node in nodes}
+    placed_on = names[created[fits.root_namespace_id]["replicas"][0]["indices"][0]["node_id"]]
+    detail_ns = fleet.namespaces[0]
+    detail_indices = list(
+        Index.objects.filter(zoekt_enabled_namespace=detail_ns)
+        .order_by("id")
+        .select_related("zoekt_node")
+    )
+    return {
+        "nodes": [
+            {
+                "name": node.name,
+                "percent": f"{node.used_bytes / node.total_bytes * 100:.1f}%",
+                "online": node.is_online(clock.now()),
+                "searchable": node.id in searchable,
+            }
+            for node in nodes
+        ],
+        "online": sum(1 for node in nodes if node.is_online(clock.now())),
+        "searchable": len(searchable),
+        "enabled_namespaces": EnabledNamespace.objects.count(),
+        "replicas_ready": Replica.objects.filter(state=Replica.State.READY).count(),
+        "plan_id": plan.id,
+        "fits": fits.root_namespace_id,
+        "fits_node": placed_on,
+        "too_big": too_big.root_namespace_id,
+        "too_big_error": failed[too_big.root_namespace_id]["errors"][0]["type"],
+        "plan_failures": len(plan.plan["failures"]),
+        "plan_create": len(plan.plan["create"]),
+        "detail_root": detail_ns.root_namespace_id,
+        "detail_index_ids": [index.id for index in detail_indices],
+        "detail_nodes": sorted({index.zoekt_node.name for index in detail_indices}),
+    }
+
+
+def text(page, selector: str) -> str:
+    return " ".join(page.locator(selector).inner_text().split())
+
+
+def test_operator_reads_every_dashboard_page(browser_ready, live_server, tmp_path):
+    expected = seed()
+    base = live_server.url
+    seen: dict[str, str] = {}
+    # From here on: strings only, no ORM (Playwright's loop runs in this thread).
+    with chromium_page(tmp_path / "profile") as page:
+        log_in(page, base, "operator")
+        page.click("#dashboard-module a:has-text('Fleet')")
+        page.wait_for_url(f"{base}/admin/dashboard/")
+
+        # --- fleet ---------------------------------------------------------------
+        assert page.locator("#nodes tbody tr").count() == len(expected["nodes"])
+        for node in expected["nodes"]:
+            row = f"#nodes tr[data-node-name='{node['name']}']"
+            assert text(page, f"{row} td.name") == node["name"]
+            assert text(page, f"{row} td.disk-percent") == node["percent"]
+            assert text(page, f"{row} td.online") == ("yes" if node["online"] else "no")
+            assert text(page, f"{row} td.searchable").startswith(
+                "yes" if node["searchable"] else "no"
+            )
+            assert page.locator(f"{row} svg.chart.disk line").count() == 3  # 60/75/85 %
+        assert text(page, "[data-figure=online] .value") == str(expected["online"])
+        assert text(page, "[data-figure=searchable] .value") == str(expected["searchable"])
+        assert text(page, "[data-figure=enabled-namespaces] .value") == str(
+            expected["enabled_namespaces"]
+        )
+        assert text(page, "[data-figure=replicas] .value").startswith(
+            f"{expected['replicas_ready']} /"
+        )
+        screenshot(page, tmp_path, "dashboard-fleet")
+
+        # --- plans ---------------------------------------------------------------
+        page.click(".dashboard-tabs a[data-page=plans]")
+        page.wait_for_url(f"{base}/admin/dashboard/plans/")
+        row = f"#plans tr[data-plan-id='{expected['plan_id']}']"
+        assert text(page, f"{row} td.create") == str(expected["plan_create"])
+        assert text(page, f"{row} td.failures") == str(expected["plan_failures"])
+        assert "disk:" in text(page, f"{row} td.bounds")
+        screenshot(page, tmp_path, "dashboard-plans")
+        page.click(f"{row} a")
+        page.wait_for_url(f"{base}/admin/dashboard/plans/{expected['plan_id']}/")
+        fits = f"#plan-namespaces tr[data-namespace-id='{expected['fits']}']"
+        assert text(page, f"{fits} td.action") == "create"
+        assert text(page, f"{fits} td.verdict") == "ok"
+        assert f"{expected['fits_node']}: took index 0 of replica 0" in text(
+            page, f"{fits} td.candidates"
+        )
+        too_big = f"#plan-namespaces tr[data-namespace-id='{expected['too_big']}']"
+        verdict = text(page, f"{too_big} td.verdict")
+        assert verdict.startswith("failed")
+        assert expected["too_big_error"].replace("_", " ") in verdict
+        seen["too_big_candidates"] = text(page, f"{too_big} td.candidates")
+        screenshot(page, tmp_path, "dashboard-plan")
+
+        # --- namespaces ------------------------------------------------------------
+        page.click(".dashboard-tabs a[data-page=namespaces]")
+        page.wait_for_url(f"{base}/admin/dashboard/namespaces/")
+        assert page.locator("#namespaces tbody tr").count() == expected["enabled_namespaces"]
+        screenshot(page, tmp_path, "dashboard-namespaces")
+        page.click(f"#namespaces tr[data-namespace-id='{expected['detail_root']}'] a")
+        page.wait_for_url(f"{base}/admin/dashboard/namespaces/{expected['detail_root']}/")
+        shown = [
+            int(row.get_attribute("data-index-id"))
+            for row in page.locator("#replicas tr[data-index-id]").all()
+        ]
+        assert shown == expected["detail_index_ids"]
+        seen["targets"] = text(page, "#targets tbody")
+        seen["search"] = text(page, "[data-figure=targets] .value")
+        screenshot(page, tmp_path, "dashboard-namespace")
+
+    # Every candidate was too small for the monorepo: each is named with its reason.
+    assert "insufficient unclaimed storage" in seen["too_big_candidates"]
+    for name in expected["detail_nodes"]:
+        assert name in seen["targets"]
+    assert seen["search"] == "searchable"
+    for name in ("fleet", "plans", "plan", "namespaces", "namespace"):
+        assert (tmp_path / f"dashboard-{name}.png").stat().st_size > 10_000

@@ -1,0 +1,121 @@
+"""Prometheus /metrics: GitLab's names where GitLab has them, ours otherwise, read at scrape."""
+
+from __future__ import annotations
+
+import pytest
+from django.urls import reverse
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.dashboard.builders import build_fleet
+from zoekt import memory
+from zoekt.models import Index, Node, Replica, Repository, Task
+
+pytestmark = pytest.mark.django_db
+
+
+def scrape(client, **headers) -> dict[str, dict[tuple, float]]:
+    response = client.get(reverse("metrics"), **headers)
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("text/plain; version=")
+    out: dict[str, dict[tuple, float]] = {}
+    for family in text_string_to_metric_families(response.content.decode()):
+        for sample in family.samples:
+            out.setdefault(sample.name, {})[tuple(sorted(sample.labels.items()))] = sample.value
+    return out
+
+
+def by_node(samples: dict[tuple, float], key: str = "zoekt_node_id") -> dict[int, float]:
+    return {int(dict(labels)[key]): value for labels, value in samples.items()}
+
+
+def test_node_metrics_match_the_database(client, now):
+    fleet = build_fleet(3, 3)
+    Node.objects.filter(pk=fleet.nodes[2].pk).update(last_seen_at=now.replace(year=2025))
+    metrics = scrape(client)
+    nodes = {node.id: node for node in Node.objects.with_unclaimed_storage_bytes()}
+    assert by_node(metrics["search_zoekt_nodes_status"]) == {
+        node_id: (1.0 if node.is_online() else 0.0) for node_id, node in nodes.items()
+    }
+    assert by_node(metrics["search_zoekt_node_storage_percent_used"]) == {
+        node_id: node.storage_percent_used for node_id, node in nodes.items()
+    }
+    assert by_node(metrics["search_zoekt_node_unclaimed_storage_bytes"]) == {
+        node_id: node.unclaimed_storage_bytes for node_id, node in nodes.items()
+    }
+    searchable = set(Node.objects.searchable().values_list("id", flat=True))
+    assert by_node(metrics["zoekt_control_node_searchable"]) == {
+        node_id: (1.0 if node_id in searchable else 0.0) for node_id in nodes
+    }
+    report = {row.node_id: row for row in memory.node_memory_report()}
+    assert by_node(metrics["zoekt_control_node_estimated_memory_bytes"]) == {
+        node_id: row.estimated_memory_bytes for node_id, row in report.items()
+    }
+    assert by_node(metrics["zoekt_control_node_observed_memory_bytes"]) == {
+        node_id: row.rss_bytes for node_id, row in report.items()
+    }
+    assert by_node(metrics["zoekt_control_node_shards_loaded"]) == {
+        node_id: row.shards_loaded for node_id, row in report.items()
+    }
+    labels = dict(next(iter(metrics["search_zoekt_nodes_status"])))
+    assert set(labels) == {"zoekt_node_id", "zoekt_node_name"}
+
+
+def test_counts_by_state_match_the_database(client, now):
+    build_fleet(3, 4)
+    Index.objects.filter(pk=Index.objects.order_by("id").first().pk).update(
+        state=Index.State.PENDING
+    )
+    metrics = scrape(client)
+
+    def states(name: str) -> dict[str, float]:
+        return {dict(labels)["state"]: value for labels, value in metrics[name].items()}
+
+    assert states("search_zoekt_indices_states")["pending"] == 1
+    assert states("search_zoekt_indices_states")["ready"] == Index.objects.count() - 1
+    assert states("search_zoekt_repositories_states_total")["ready"] == Repository.objects.count()
+    assert states("zoekt_control_replicas_states") == {
+        "pending": 0,
+        "ready": Replica.objects.count(),
+    }
+    assert states("zoekt_control_tasks_states")["pending"] == Task.objects.count()
+    per_node_tasks = sum(
+        value
+        for labels, value in metrics["search_zoekt_node_tasks"].items()
+        if dict(labels)["state"] == "pending"
+    )
+    assert per_node_tasks == Task.objects.count()
+    assert sum(metrics["search_zoekt_task_processing_queue_size"].values()) == Task.objects.count()
+    assert by_node(metrics["search_zoekt_node_enabled_namespaces"], "node_id") == {
+        node.id: Index.objects.filter(zoekt_node=node).values("zoekt_enabled_namespace").count()
+        for node in Node.objects.all()
+    }
+
+
+def test_repositories_behind_their_nodes_schema_version_are_counted(client, now):
+    fleet = build_fleet(2, 2)
+    Node.objects.filter(pk=fleet.nodes[0].pk).update(schema_version=3)
+    metrics = scrape(client)
+    behind = Repository.objects.filter(zoekt_index__zoekt_node=fleet.nodes[0]).count()
+    (labels, value), *_ = metrics["search_zoekt_repositories_schema_version_count"].items()
+    assert dict(labels)["target_schema_version"] == "3"
+    assert dict(labels)["zoekt_node_id"] == str(fleet.nodes[0].id)
+    assert value == behind
+
+
+def test_metrics_are_open_without_a_token(client, now):
+    assert client.get(reverse("metrics")).status_code == 200
+
+
+def test_metrics_need_the_bearer_token_when_one_is_set(client, settings, now):
+    settings.ZOEKT_METRICS_TOKEN = "s3cret-token"
+    url = reverse("metrics")
+    refused = client.get(url)
+    assert refused.status_code == 401
+    assert refused["WWW-Authenticate"].startswith("Bearer")
+    assert client.get(url, HTTP_AUTHORIZATION="Bearer wrong").status_code == 401
+    assert client.get(url, HTTP_AUTHORIZATION="Basic s3cret-token").status_code == 401
+    assert scrape(client, HTTP_AUTHORIZATION="Bearer s3cret-token")
+
+
+def test_metrics_only_answer_get(client):
+    assert client.post(reverse("metrics")).status_code == 405

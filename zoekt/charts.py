@@ -1,0 +1,218 @@
+"""Server-side SVG charts for the dashboard: no JavaScript, no CDN, nothing fetched.
+
+Each function returns a small inline ``<svg>`` as safe markup. Every number
+drawn is also written in the page's table next to the chart (the chart is a
+picture of the figures, not their only source), and each shape carries a
+``<title>`` so hovering shows its value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from django.template.defaultfilters import filesizeformat
+from django.utils.html import escape
+from django.utils.safestring import SafeString, mark_safe
+
+# Colours: the admin's palette plus the watermark colours of zoekt.admin.
+OTHER_USED = "#9e9e9e"  # disk used by anything but Zoekt's index files
+INDEXED = "#546e7a"  # Zoekt's index files
+RESERVED = "#64b5f6"  # reservations of the node's indices
+OVERCOMMITTED = "#c62828"  # reservations beyond the usable storage
+FREE = "#eceff1"
+ESTIMATED = "#7e57c2"
+OBSERVED = "#26a69a"
+BUDGET = "#ffa000"
+LIMIT = "#8d6e63"
+WATERMARK_COLOURS = ("#b8860b", "#e65100", "#c62828")  # low, high, critical
+
+
+def _bytes(value: int | None) -> str:
+    if value is None:
+        return "-"
+    if value < 0:
+        return f"-{filesizeformat(-value)}"
+    return filesizeformat(value)
+
+
+def _pct(ratio: float) -> str:
+    return f"{ratio * 100:.1f}%"
+
+
+def _rect(x: float, y: float, width: float, height: float, fill: str, title: str) -> str:
+    return (
+        f'<rect x="{x:.1f}" y="{y:.1f}" width="{max(width, 0):.1f}" height="{height:.1f}" '
+        f'fill="{fill}"><title>{escape(title)}</title></rect>'
+    )
+
+
+def _svg(width: int, height: int, label: str, body: Iterable[str], css_class: str) -> SafeString:
+    return mark_safe(  # every interpolated text is escaped
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="{css_class}" width="{width}" '
+        f'height="{height}" viewBox="0 0 {width} {height}" role="img" '
+        f'aria-label="{escape(label)}">' + "".join(body) + "</svg>"
+    )
+
+
+def disk_bar(
+    *,
+    total_bytes: int,
+    used_bytes: int,
+    indexed_bytes: int,
+    reserved_bytes: int,
+    usable_bytes: int,
+    limits: Sequence[float],
+    width: int = 200,
+    height: int = 20,
+) -> SafeString:
+    """One node's disk as a horizontal stacked bar over its total.
+
+    From the left: disk used by anything but Zoekt (used − indexed, grey),
+    then the index reservations (blue; they claim Zoekt's own files and free
+    space), then what is left free. A dark inner bar is the disk used
+    (``used_bytes``), which is what the watermark lines at ``limits`` (low,
+    high, critical share of the total) are compared with. Reservations past
+    the usable storage (an over-committed node) are drawn red at the end.
+    """
+    if total_bytes <= 0:
+        body = [
+            _rect(0, 0, width, height, FREE, "no disk reported"),
+            f'<text x="4" y="{height - 7}" font-size="11" fill="#555">no disk reported</text>',
+        ]
+        return _svg(width, height, "no disk reported", body, "chart disk")
+    scale = width / total_bytes
+    other = max(used_bytes - indexed_bytes, 0)
+    reserved_in = min(reserved_bytes, max(usable_bytes, 0))
+    over = max(reserved_bytes - max(usable_bytes, 0), 0)
+    body = [
+        _rect(0, 0, width, height, FREE, f"total {_bytes(total_bytes)}"),
+        _rect(0, 0, other * scale, height, OTHER_USED, f"used by others {_bytes(other)}"),
+        _rect(
+            other * scale,
+            0,
+            min(reserved_in * scale, width - other * scale),
+            height,
+            RESERVED,
+            f"reserved {_bytes(reserved_bytes)}",
+        ),
+    ]
+    if over:
+        over_width = min(over * scale, width)
+        body.append(
+            _rect(
+                width - over_width,
+                0,
+                over_width,
+                height,
+                OVERCOMMITTED,
+                f"over-committed {_bytes(over)}",
+            )
+        )
+    inner = height / 3
+    body.append(
+        _rect(
+            0,
+            inner,
+            min(used_bytes * scale, width),
+            inner,
+            INDEXED,
+            f"used {_bytes(used_bytes)} ({_pct(used_bytes / total_bytes)})",
+        )
+    )
+    for limit, colour in zip(limits, WATERMARK_COLOURS, strict=False):
+        x = min(limit * width, width - 1)
+        body.append(
+            f'<line x1="{x:.1f}" y1="0" x2="{x:.1f}" y2="{height}" stroke="{colour}" '
+            f'stroke-width="2" stroke-dasharray="3,2"><title>watermark {_pct(limit)}</title></line>'
+        )
+    label = (
+        f"disk: used {_pct(used_bytes / total_bytes)} of {_bytes(total_bytes)}, "
+        f"reserved {_bytes(reserved_bytes)}"
+    )
+    return _svg(width, height, label, body, "chart disk")
+
+
+def memory_bars(
+    *,
+    estimated_bytes: int | None,
+    rss_bytes: int | None,
+    budget_bytes: int | None,
+    limit_bytes: int | None,
+    scale_bytes: int,
+    width: int = 160,
+    bar: int = 6,
+) -> SafeString:
+    """Estimated memory, observed RSS and the budget as three bars on the fleet's common scale.
+
+    ``scale_bytes`` is the largest figure drawn on the page, so bars compare
+    across nodes. A missing figure is an empty track. The node's reported
+    memory limit, when there is one, is a brown tick on the RSS track.
+    """
+    scale = width / scale_bytes if scale_bytes > 0 else 0.0
+    rows = (
+        ("estimated", estimated_bytes, ESTIMATED),
+        ("observed RSS", rss_bytes, OBSERVED),
+        ("budget", budget_bytes, BUDGET),
+    )
+    body = []
+    gap = 2
+    for position, (label, value, colour) in enumerate(rows):
+        y = position * (bar + gap)
+        body.append(_rect(0, y, width, bar, FREE, f"{label}: not known"))
+        if value is not None:
+            body.append(
+                _rect(0, y, min(value * scale, width), bar, colour, f"{label} {_bytes(value)}")
+            )
+    if limit_bytes is not None and scale:
+        x = min(limit_bytes * scale, width - 1)
+        body.append(
+            f'<line x1="{x:.1f}" y1="{bar + gap}" x2="{x:.1f}" y2="{2 * bar + gap}" '
+            f'stroke="{LIMIT}" stroke-width="2"><title>memory limit {_bytes(limit_bytes)}</title>'
+            "</line>"
+        )
+    height = 3 * bar + 2 * gap
+    summary = ", ".join(f"{label} {_bytes(value)}" for label, value, _ in rows)
+    return _svg(width, height, f"memory: {summary}", body, "chart memory")
+
+
+def state_bar(
+    counts: dict[str, int], colours: dict[str, str], *, width: int = 300, height: int = 14
+) -> SafeString:
+    """Counts by state as one stacked bar (e.g. indices by state)."""
+    total = sum(counts.values())
+    body = [_rect(0, 0, width, height, FREE, "none")]
+    x = 0.0
+    for state, count in counts.items():
+        if not count:
+            continue
+        part = width * count / total
+        body.append(_rect(x, 0, part, height, colours.get(state, OTHER_USED), f"{state}: {count}"))
+        x += part
+    label = ", ".join(f"{state} {count}" for state, count in counts.items() if count) or "none"
+    return _svg(width, height, label, body, "chart states")
+
+
+def legend(items: Sequence[tuple[str, str]], *, line: str | None = None) -> SafeString:
+    """A one-line legend: ``[(colour, label), ...]`` swatches."""
+    parts = []
+    for colour, label in items:
+        parts.append(
+            f'<span class="legend-item"><svg width="12" height="12" aria-hidden="true">'
+            f'<rect width="12" height="12" fill="{colour}"/></svg> {escape(label)}</span>'
+        )
+    if line:
+        parts.append(f'<span class="legend-item">{escape(line)}</span>')
+    return mark_safe(" ".join(parts))  # labels escaped
+
+
+INDEX_STATE_COLOURS = {
+    "pending": "#bdbdbd",
+    "in_progress": "#90caf9",
+    "initializing": "#64b5f6",
+    "ready": "#2e7d32",
+    "reallocating": "#ffb300",
+    "pending_eviction": "#e65100",
+    "evicted": "#8d6e63",
+    "orphaned": "#757575",
+    "pending_deletion": "#c62828",
+}

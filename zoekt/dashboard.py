@@ -1,0 +1,226 @@
+"""The operator dashboard: server-rendered pages inside the admin (staff only).
+
+``/admin/dashboard/`` (the fleet), ``.../plans/`` and ``.../plans/<id>/``
+(recent rollout plans), ``.../namespaces/`` and ``.../namespaces/<root id>/``.
+Each view reads one function of ``zoekt.readmodels`` (a fixed number of
+queries) and renders a template under ``templates/zoekt/dashboard/`` that
+extends the admin's ``base_site.html``; charts are inline SVG drawn by
+``zoekt.charts``, so nothing is fetched at run time. ``admin_view`` wraps
+every view: anonymous users are sent to the admin login, non-staff refused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.contrib import admin
+from django.http import Http404, HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.urls import path
+from django.utils.safestring import SafeString
+
+from zoekt import charts, readmodels
+from zoekt.admin import human_bytes
+
+PAGES = (
+    ("fleet", "Fleet"),
+    ("plans", "Rollout plans"),
+    ("namespaces", "Namespaces"),
+)
+
+
+def _render(request: HttpRequest, template: str, tab: str, title: str, **context) -> HttpResponse:
+    return TemplateResponse(
+        request,
+        f"zoekt/dashboard/{template}",
+        {
+            **admin.site.each_context(request),
+            "title": title,
+            "dashboard_pages": PAGES,
+            "dashboard_page": tab,
+            **context,
+        },
+    )
+
+
+# ----------------------------------------------------------------------------
+# Fleet
+# ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NodeChart:
+    node: readmodels.NodeRow
+    disk: SafeString
+    memory: SafeString
+    budget_bytes: int | None
+    budget_source: str | None
+
+
+def fleet(request: HttpRequest) -> HttpResponse:
+    overview = readmodels.fleet_overview()
+    memories = [node.memory for node in overview.nodes if node.memory is not None]
+    scale = max(
+        (
+            value or 0
+            for m in memories
+            for value in (
+                m.estimated_memory_bytes,
+                m.rss_bytes,
+                m.memory_budget_bytes,
+                m.memory_limit_bytes,
+            )
+        ),
+        default=0,
+    )
+    rows = []
+    for node in overview.nodes:
+        m = node.memory
+        rows.append(
+            NodeChart(
+                node=node,
+                disk=charts.disk_bar(
+                    total_bytes=node.total_bytes,
+                    used_bytes=node.used_bytes,
+                    indexed_bytes=node.indexed_bytes,
+                    reserved_bytes=node.reserved_storage_bytes,
+                    usable_bytes=node.usable_storage_bytes,
+                    limits=overview.watermark_limits,
+                ),
+                memory=charts.memory_bars(
+                    estimated_bytes=None if m is None else m.estimated_memory_bytes,
+                    rss_bytes=None if m is None else m.rss_bytes,
+                    budget_bytes=None if m is None else m.memory_budget_bytes,
+                    limit_bytes=None if m is None else m.memory_limit_bytes,
+                    scale_bytes=scale,
+                ),
+                budget_bytes=None if m is None else m.memory_budget_bytes,
+                budget_source=None if m is None else m.budget_source,
+            )
+        )
+    total = overview.totals("total_bytes")
+    fleet_disk = charts.disk_bar(
+        total_bytes=total,
+        used_bytes=overview.totals("used_bytes"),
+        indexed_bytes=overview.totals("indexed_bytes"),
+        reserved_bytes=overview.totals("reserved_storage_bytes"),
+        usable_bytes=overview.totals("usable_storage_bytes"),
+        limits=overview.watermark_limits,
+        width=420,
+    )
+    return _render(
+        request,
+        "fleet.html",
+        "fleet",
+        "Zoekt fleet",
+        overview=overview,
+        rows=rows,
+        fleet_disk=fleet_disk,
+        fleet_used_percent=overview.totals("used_bytes") / total if total else 0.0,
+        index_states=charts.state_bar(
+            overview.indices, charts.INDEX_STATE_COLOURS, width=420, height=14
+        ),
+        disk_legend=charts.legend(
+            [
+                (charts.OTHER_USED, "used by others"),
+                (charts.INDEXED, "used (inner bar)"),
+                (charts.RESERVED, "reserved by indices"),
+                (charts.OVERCOMMITTED, "over-committed"),
+                (charts.FREE, "free"),
+            ],
+            line="dashed lines: watermarks "
+            + " / ".join(f"{limit:.0%}" for limit in overview.watermark_limits),
+        ),
+        memory_legend=charts.legend(
+            [
+                (charts.ESTIMATED, "estimated (repository size × memory ratio)"),
+                (charts.OBSERVED, "observed webserver RSS"),
+                (charts.BUDGET, "budget"),
+                (charts.LIMIT, "reported memory limit (tick)"),
+            ]
+        ),
+        memory_scale=human_bytes(scale),
+    )
+
+
+# ----------------------------------------------------------------------------
+# Plans
+# ----------------------------------------------------------------------------
+
+
+def plans(request: HttpRequest) -> HttpResponse:
+    return _render(
+        request,
+        "plans.html",
+        "plans",
+        "Recent rollout plans",
+        plans=readmodels.recent_plans(),
+    )
+
+
+def plan(request: HttpRequest, plan_id: int) -> HttpResponse:
+    current = request.GET.get("filter", "")
+    if current not in readmodels.PLAN_FILTERS:
+        current = ""
+    detail = readmodels.plan_detail(plan_id, filter=current, page=request.GET.get("page", 1))
+    if detail is None:
+        raise Http404("no such rollout plan (only the last 50 are kept)")
+    return _render(
+        request,
+        "plan_detail.html",
+        "plans",
+        f"Rollout plan {plan_id}",
+        detail=detail,
+        filters=readmodels.PLAN_FILTERS,
+        current_filter=current,
+    )
+
+
+# ----------------------------------------------------------------------------
+# Namespaces
+# ----------------------------------------------------------------------------
+
+
+def namespaces(request: HttpRequest) -> HttpResponse:
+    query = request.GET.get("q", "")
+    current = request.GET.get("filter", "")
+    if current not in readmodels.NAMESPACE_FILTERS:
+        current = ""
+    page, rows = readmodels.namespace_page(
+        query=query, filter=current, page=request.GET.get("page", 1)
+    )
+    return _render(
+        request,
+        "namespaces.html",
+        "namespaces",
+        "Enabled namespaces",
+        page=page,
+        rows=rows,
+        query=query,
+        filters=readmodels.NAMESPACE_FILTERS,
+        current_filter=current,
+    )
+
+
+def namespace(request: HttpRequest, root_namespace_id: int) -> HttpResponse:
+    detail = readmodels.namespace_detail(root_namespace_id)
+    if detail is None:
+        raise Http404("this root namespace is not enabled for Zoekt")
+    return _render(
+        request,
+        "namespace_detail.html",
+        "namespaces",
+        f"Namespace {detail.root.path}",
+        detail=detail,
+    )
+
+
+def urls() -> list:
+    view = admin.site.admin_view
+    return [
+        path("", view(fleet), name="dashboard-fleet"),
+        path("plans/", view(plans), name="dashboard-plans"),
+        path("plans/<int:plan_id>/", view(plan), name="dashboard-plan"),
+        path("namespaces/", view(namespaces), name="dashboard-namespaces"),
+        path("namespaces/<int:root_namespace_id>/", view(namespace), name="dashboard-namespace"),
+    ]

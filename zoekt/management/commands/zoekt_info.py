@@ -1,0 +1,486 @@
+"""GitLab's ``gitlab:zoekt:info`` (reference 9), with each node's memory beside its disk.
+
+    manage.py zoekt_info                    # every section, Node Details included
+    manage.py zoekt_info --watch 10         # reprint every 10 s (Node Details off by default)
+    manage.py zoekt_info --watch 10 --extended
+    manage.py zoekt_info --no-extended
+    manage.py zoekt_info --json             # the same data as one JSON document
+
+Sections, in GitLab's order: Exact Code Search (version and every setting),
+Nodes, Indexing status, Feature Flags (this project has none: "none"), and in
+extended mode Node Details. Per node, after the disk utilisation line comes
+the memory utilisation (webserver RSS over the node's memory budget, with
+its memory watermark), and after GitLab's webserver RSS line the *estimated*
+memory of the node's indices (repository bytes × ``memory_ratio``) next to
+it, the shards loaded, and the observed ratios (``docs/memory.md``):
+``observed_memory_ratio`` (RSS ÷ used storage of ready indices) and RSS per
+repository byte (the quantity ``memory_ratio`` estimates) — neither is
+``memory_ratio`` itself.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import time
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings as django_settings
+from django.core.management.base import BaseCommand, CommandError
+from django.db.models import Count, Sum
+
+from planner.core import CONCURRENCY_FACTOR
+from zoekt import app_settings, clock, memory
+from zoekt.capacity import NodeWatermark
+from zoekt.models import (
+    ApplicationSetting,
+    EnabledNamespace,
+    Index,
+    Namespace,
+    Node,
+    Replica,
+    Repository,
+    Task,
+)
+
+#: Clears the terminal before each report in watch mode.
+CLEAR_SCREEN = "\x1b[H\x1b[2J"
+NEVER = "(never)"
+NONE = "(none)"
+
+_RED = {"critical", "failed", "evicted", "high", "critical_watermark_exceeded"}
+_RED |= {"high_watermark_exceeded", "pending_eviction", "offline"}
+_YELLOW = {"low", "overprovisioned", "low_watermark_exceeded", "unknown"}
+_GREEN = {"ready", "done", "healthy", "normal", "online"}
+
+
+class Command(BaseCommand):
+    help = (
+        "GitLab's gitlab:zoekt:info: settings, nodes, indexing status and (extended) node "
+        "details, with each node's estimated and observed memory beside its disk."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "--watch",
+            type=float,
+            default=0,
+            metavar="SECONDS",
+            help="reprint the report every SECONDS until interrupted (default: print once)",
+        )
+        parser.add_argument(
+            "--extended",
+            action="store_true",
+            default=None,
+            help="include Node Details (the default without --watch)",
+        )
+        parser.add_argument(
+            "--no-extended",
+            action="store_false",
+            dest="extended",
+            help="leave out Node Details (the default with --watch)",
+        )
+        parser.add_argument(
+            "--json", action="store_true", help="print the report as one JSON document"
+        )
+
+    def handle(self, *args, **options):
+        watch = options["watch"] or 0
+        if watch < 0:
+            raise CommandError("--watch must be a positive number of seconds")
+        extended = options["extended"]
+        if extended is None:
+            extended = not watch
+        if options["json"]:
+            if watch:
+                raise CommandError("--json prints one report; it cannot be combined with --watch")
+            report = as_json(collect(extended=extended))
+            self.stdout.write(json.dumps(report, indent=2, sort_keys=True))
+            return
+        if not watch:
+            self.stdout.write(self.render(collect(extended=extended)))
+            return
+        try:
+            while True:
+                report = collect(extended=extended)
+                self.stdout.write(CLEAR_SCREEN, ending="")
+                stamp = report["generated_at"]
+                self.stdout.write(f"Every {watch:g}s: gitlab:zoekt:info at {stamp}\n")
+                self.stdout.write(self.render(report))
+                self.stdout.flush()
+                time.sleep(watch)
+        except KeyboardInterrupt:
+            self.stdout.write("")
+
+    # ------------------------------------------------------------------ #
+    # Text
+
+    def render(self, report: Mapping[str, Any]) -> str:
+        lines: list[str] = []
+        lines += self._section("Exact Code Search", report["exact_code_search"])
+        lines += self._section("Nodes", report["nodes"])
+        lines += self._section("Indexing status", report["indexing_status"])
+        lines += self._section("Feature Flags (Non-Default Values)", report["feature_flags"])
+        lines += self._section("Feature Flags (Default Values)", report["feature_flags_default"])
+        if "node_details" in report:
+            lines.append(self.style.MIGRATE_HEADING("Node Details"))
+            for node in report["node_details"]:
+                lines.append(f"Node {node['id']} - {node['name']}")
+                lines += self._rows(node["rows"], indent="  ")
+            if not report["node_details"]:
+                lines.append("  none")
+            lines.append("")
+        return "\n".join(lines)
+
+    def _section(self, title: str, rows: list[tuple[str, Any]]) -> list[str]:
+        out = [self.style.MIGRATE_HEADING(title)]
+        out += self._rows(rows, indent="  ") if rows else ["  none"]
+        out.append("")
+        return out
+
+    def _rows(self, rows: Iterable[tuple[str, Any]], *, indent: str) -> list[str]:
+        rows = list(rows)
+        width = max((len(label) for label, _ in rows), default=0) + 1
+        return [
+            f"{indent}{(label + ':').ljust(width)} {self._value(value)}" for label, value in rows
+        ]
+
+    def _value(self, value: Any) -> str:
+        if isinstance(value, Counts):
+            if not value.items:
+                return f"{value.total} - {NONE}" if value.total is not None else NONE
+            parts = ", ".join(
+                f"{self._colour(key, key)}: {count}" for key, count in sorted(value.items.items())
+            )
+            return parts if value.total is None else f"{value.total} - {parts}"
+        if isinstance(value, Level):
+            return self._colour(value.level, value.text)
+        if value is None:
+            return NEVER
+        return str(value)
+
+    def _colour(self, key: str, text: str) -> str:
+        if key in _RED:
+            return self.style.ERROR(text)
+        if key in _YELLOW:
+            return self.style.WARNING(text)
+        if key in _GREEN:
+            return self.style.SUCCESS(text)
+        return text
+
+
+class Counts:
+    """A total with counts per key: ``total - key: n, key: n`` (keys sorted)."""
+
+    def __init__(self, total: int | None, items: Mapping[str, int]) -> None:
+        self.total = total
+        self.items = dict(items)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"total": self.total, "counts": dict(sorted(self.items.items()))}
+
+
+class Level:
+    """A value whose colour follows a level name (a watermark, online/offline)."""
+
+    def __init__(self, level: str, text: str) -> None:
+        self.level = level
+        self.text = text
+
+    def as_json(self) -> dict[str, Any]:
+        return {"level": self.level, "text": self.text}
+
+
+# --------------------------------------------------------------------------- #
+# The data
+# --------------------------------------------------------------------------- #
+
+
+def collect(*, extended: bool) -> dict[str, Any]:
+    """The report as rows of ``(label, value)`` per section (``as_json`` makes it JSON)."""
+    now = clock.now()
+    settings = app_settings.current()
+    row = app_settings.load_row()
+    nodes = list(Node.objects.for_search().with_unclaimed_storage_bytes().order_by("id"))
+    report = memory.node_memory_report(settings=settings, now=now)
+    by_node = {entry.node_id: entry for entry in report}
+    out: dict[str, Any] = {
+        "generated_at": _utc(now),
+        "exact_code_search": _settings_rows(row, settings),
+        "nodes": _node_rows(nodes, by_node, now),
+        "indexing_status": _indexing_rows(settings, now),
+        "feature_flags": [],
+        "feature_flags_default": [],
+    }
+    if extended:
+        out["node_details"] = [_node_details(node, by_node[node.id], now) for node in nodes]
+    return out
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, Counts | Level):
+        return value.as_json()
+    if isinstance(value, Mapping):
+        return {key: _jsonable(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(item) for item in value]
+    return value
+
+
+def as_json(report: Mapping[str, Any]) -> dict[str, Any]:
+    """Rows become ``{label: value}`` objects; Counts and Level become plain data."""
+    out: dict[str, Any] = {"generated_at": report["generated_at"]}
+    for key in (
+        "exact_code_search",
+        "nodes",
+        "indexing_status",
+        "feature_flags",
+        "feature_flags_default",
+    ):
+        out[key] = {label: _jsonable(value) for label, value in report[key]}
+    if "node_details" in report:
+        out["node_details"] = [
+            {
+                "id": node["id"],
+                "name": node["name"],
+                "rows": {label: _jsonable(value) for label, value in node["rows"]},
+                "memory": node["memory"],
+            }
+            for node in report["node_details"]
+        ]
+    return out
+
+
+def _settings_rows(row: ApplicationSetting, settings: app_settings.ZoektSettings) -> list:
+    from zoekt.admin import SETTINGS_FIELDS
+
+    rows: list[tuple[str, Any]] = [("Version", f"zoekt-control {_version()}")]
+    for name in SETTINGS_FIELDS:
+        field = ApplicationSetting._meta.get_field(name)
+        value = getattr(row, name)
+        label = str(field.verbose_name)
+        if name == "zoekt_node_memory_budget_bytes":
+            value = "(not set: memory planning off)" if value is None else _size(value)
+        elif isinstance(value, bool):
+            value = "yes" if value else "no"
+        elif value is None or value == "":
+            value = "(not set)"
+        rows.append((label[:1].upper() + label[1:], value))
+    budget = settings.node_memory_budget_bytes
+    ceiling = "-" if budget is None else _size(budget // CONCURRENCY_FACTOR)
+    rows.append(
+        (
+            "Memory concurrency factor (constant)",
+            f"{CONCURRENCY_FACTOR} (max memory per index: budget / {CONCURRENCY_FACTOR} = "
+            f"{ceiling})",
+        )
+    )
+    rows.append(
+        (
+            "Memory watermarks (RSS / budget)",
+            "low {:.0%}, high {:.0%} (no new index), critical {:.0%}".format(
+                *memory.memory_watermark_limits()
+            ),
+        )
+    )
+    return rows
+
+
+def _node_rows(nodes: list[Node], by_node: Mapping[int, memory.NodeMemory], now) -> list:
+    online = [node for node in nodes if node.is_online(now)]
+    last_seen = max((node.last_seen_at for node in nodes), default=None)
+    reserved = Index.objects.aggregate(total=Sum("reserved_storage_bytes"))["total"] or 0
+    usable = sum(node.usable_storage_bytes for node in nodes)
+    indexed = sum(node.indexed_bytes for node in nodes)
+    used = sum(node.used_bytes for node in nodes)
+    total = sum(node.total_bytes for node in nodes)
+    disk_levels = {level.value: 0 for level in NodeWatermark}
+    memory_levels = {level.value: 0 for level in NodeWatermark} | {"unknown": 0}
+    estimated = observed = 0
+    for node in online:
+        disk_levels[node.watermark.value] += 1
+        entry = by_node[node.id]
+        level = entry.memory_watermark
+        memory_levels["unknown" if level is None else level.value] += 1
+        if entry.rss_bytes is not None:
+            estimated += entry.estimated_memory_bytes
+            observed += entry.rss_bytes
+    reporting = sum(1 for node in online if by_node[node.id].rss_bytes is not None)
+    return [
+        (
+            "Node count",
+            Counts(len(nodes), {"online": len(online), "offline": len(nodes) - len(online)}),
+        ),
+        (
+            "Last seen at",
+            None if last_seen is None else f"{_utc(last_seen)} ({_ago(now, last_seen)})",
+        ),
+        ("Max schema_version", Node.objects.for_search().maximum_schema_version(now)),
+        ("Storage reserved / usable", _ratio(reserved, usable)),
+        ("Storage indexed / reserved", _ratio(indexed, reserved)),
+        ("Storage used / total", _ratio(used, total)),
+        ("Online node watermark levels", Counts(len(online), disk_levels)),
+        ("Online node memory watermark levels", Counts(len(online), memory_levels)),
+        (
+            "Memory estimated / observed RSS",
+            f"{_size(estimated)} / {_size(observed)} over {reporting} online node(s) reporting "
+            "webserver RSS",
+        ),
+    ]
+
+
+def _indexing_rows(settings: app_settings.ZoektSettings, now: datetime) -> list:
+    interval = settings.rollout_retry_interval_seconds
+    enabled = EnabledNamespace.objects.all()
+    without = enabled.with_missing_indices()
+    return [
+        ("Group count", Namespace.objects.top_level_groups().count()),
+        (
+            "EnabledNamespace count",
+            Counts(
+                enabled.count(),
+                {
+                    "without indices": without.count(),
+                    "rollout blocked": without.with_rollout_blocked(interval, now).count(),
+                    "with search disabled": enabled.search_disabled().count(),
+                },
+            ),
+        ),
+        ("Replicas count", _by(Replica.objects.all(), "state", Replica.State)),
+        ("Indices count", _by(Index.objects.all(), "state", Index.State)),
+        (
+            "Indices watermark levels",
+            _by(Index.objects.all(), "watermark_level", Index.WatermarkLevel),
+        ),
+        ("Repositories count", _by(Repository.objects.all(), "state", Repository.State)),
+        ("Tasks count", _by(Task.objects.join_nodes(), "state", Task.State)),
+        (
+            "Tasks pending/processing by type",
+            _by(Task.objects.join_nodes().pending_or_processing(), "task_type", Task.TaskType),
+        ),
+    ]
+
+
+def _by(queryset, field: str, choices) -> Counts:
+    rows = queryset.order_by().values(field).annotate(n=Count("pk")).values_list(field, "n")
+    items: dict[str, int] = {}
+    for value, count in rows:
+        try:
+            label = choices(value).label
+        except ValueError:
+            label = str(value)
+        items[label] = items.get(label, 0) + count
+    return Counts(sum(items.values()), items)
+
+
+def _node_details(node: Node, entry: memory.NodeMemory, now: datetime) -> dict[str, Any]:
+    online = node.is_online(now)
+    disk = node.watermark
+    mem_level = entry.memory_watermark
+    memory_value: Any
+    if entry.memory_budget_bytes is None:
+        memory_value = "- (no memory budget: zoekt_node_memory_budget_bytes is not set)"
+    elif entry.memory_percent_used is None:
+        memory_value = (
+            f"- (no webserver RSS reported; budget {_size(entry.memory_budget_bytes)}, "
+            f"{entry.budget_source})"
+        )
+    else:
+        note = "" if entry.memory_planning else "; not enforced: the budget setting is not set"
+        excluded = "; takes no new index" if entry.excluded_from_placement else ""
+        memory_value = Level(
+            mem_level.value,
+            f"{entry.memory_percent_used * 100:.1f}% of {_size(entry.memory_budget_bytes)} "
+            f"({entry.budget_source} budget) - {mem_level.value}{excluded}{note}",
+        )
+    indexer_rss = memory.process_counter(node.metadata, "indexer", "rss_bytes")
+    rss_line = "(not reported)" if entry.rss_bytes is None else _size(entry.rss_bytes)
+    rss_line += f" | estimated for its indices: {_size(entry.estimated_memory_bytes)}"
+    if entry.observed_to_estimated is not None:
+        rss_line += f" (observed {entry.observed_to_estimated:.2f}× the estimate)"
+    rows: list[tuple[str, Any]] = [
+        ("Status", Level("online" if online else "offline", "Online" if online else "Offline")),
+        ("Last seen at", f"{_utc(node.last_seen_at)} ({_ago(now, node.last_seen_at)})"),
+        (
+            "Disk utilization",
+            Level(disk.value, f"{node.storage_percent_used * 100:.1f}% - {disk.value}"),
+        ),
+        ("Memory utilization", memory_value),
+        ("Unclaimed storage", _size(node.unclaimed_storage_bytes)),
+        ("Zoekt version", node.version or NEVER),
+        ("Schema version", node.schema_version),
+        ("Indexer RSS", "(not reported)" if indexer_rss is None else _size(indexer_rss)),
+        ("Webserver RSS", rss_line),
+        (
+            "Estimated memory",
+            f"{_size(entry.estimated_memory_bytes)} = repository {_size(entry.repository_bytes)} "
+            f"of its ready and pre-ready indices × memory_ratio {entry.memory_ratio:g}",
+        ),
+        ("Shards loaded", "(not reported)" if entry.shards_loaded is None else entry.shards_loaded),
+        (
+            "Observed memory ratio",
+            _observed(
+                entry.observed_memory_ratio, "RSS / used storage of ready indices; not memory_ratio"
+            ),
+        ),
+        (
+            "RSS per repository byte",
+            _observed(
+                entry.rss_per_repository_byte,
+                "RSS / repository of ready indices; what memory_ratio estimates",
+            ),
+        ),
+    ]
+    return {"id": node.id, "name": node.name, "rows": rows, "memory": entry.as_dict()}
+
+
+def _observed(value: float | None, what: str) -> str:
+    if value is None:
+        return f"- (nothing to observe; {what})"
+    return f"{value:.3f} ({what})"
+
+
+# --------------------------------------------------------------------------- #
+# Formatting
+# --------------------------------------------------------------------------- #
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("zoekt-control")
+    except importlib.metadata.PackageNotFoundError:  # run from a checkout, not installed
+        return str(getattr(django_settings, "SPECTACULAR_SETTINGS", {}).get("VERSION", "unknown"))
+
+
+def _utc(value: datetime) -> str:
+    return value.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _ago(now: datetime, then: datetime) -> str:
+    seconds = int((now - then).total_seconds())
+    if seconds < 0:
+        return "in the future"
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
+        if seconds >= size:
+            count = seconds // size
+            return f"{count} {unit}{'s' if count != 1 else ''} ago"
+    return f"{seconds} second{'s' if seconds != 1 else ''} ago"
+
+
+def _size(value: int | None) -> str:
+    """Binary units, one decimal (``136.0 GiB``); bytes below 1 KiB; sign kept."""
+    if value is None:
+        return NEVER
+    size = abs(value)
+    sign = "-" if value < 0 else ""
+    for unit, factor in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if size >= factor:
+            return f"{sign}{size / factor:.1f} {unit}"
+    return f"{sign}{size} B"
+
+
+def _ratio(part: int, whole: int) -> str:
+    share = f"{part / whole * 100:.1f}%" if whole else "-"
+    return f"{_size(part)} / {_size(whole)} ({share})"

@@ -1,0 +1,264 @@
+"""Prometheus ``/metrics``: the fleet read from the database at scrape time.
+
+A custom collector (``FleetCollector``) reads ``zoekt.readmodels.fleet_overview``
+plus four grouped counts on every scrape and yields gauges; nothing is kept
+in the process, so every web replica answers the same and no background job
+is needed. The cost is a fixed number of queries whatever the fleet size
+(the dashboard's tests count them).
+
+Names: GitLab's own where GitLab has the metric (its ``gitlab-exporter``
+emits them under ``search_zoekt_*`` with these labels), and
+``zoekt_control_*`` for ours. ``docs/dashboard.md`` lists them all.
+
+Access: open by default, as the bundled Prometheus exporters are. When
+``ZOEKT_METRICS_TOKEN`` (or ``ZOEKT_METRICS_TOKEN_FILE``) is set, a scrape
+must send ``Authorization: Bearer <token>`` (compared in constant time),
+else it gets 401.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Iterator
+
+from django.conf import settings
+from django.db.models import Count, F
+from django.http import HttpRequest, HttpResponse
+from django.views.decorators.http import require_GET
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from zoekt import clock, readmodels
+from zoekt.models import Index, Repository
+
+GITLAB_NODE_LABELS = ("zoekt_node_id", "zoekt_node_name")
+GITLAB_NODE_LABELS_SHORT = ("node_id", "node_name")
+
+
+def _gauge(name: str, documentation: str, labels: tuple[str, ...] = ()) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, documentation, labels=list(labels))
+
+
+class FleetCollector:
+    """Yields every fleet gauge from one consistent read of the database."""
+
+    def collect(self) -> Iterator[Metric]:
+        now = clock.now()
+        overview = readmodels.fleet_overview(now=now)
+        yield from self._gitlab_node_metrics(overview)
+        yield from self._gitlab_counts(overview, now)
+        yield from self._node_metrics(overview)
+        yield from self._fleet_counts(overview)
+
+    # --- GitLab's names -------------------------------------------------------------
+    def _gitlab_node_metrics(self, overview: readmodels.FleetOverview) -> Iterator[Metric]:
+        status = _gauge(
+            "search_zoekt_nodes_status",
+            "Status of each Zoekt node: 1 online (seen within the online threshold), 0 offline.",
+            GITLAB_NODE_LABELS,
+        )
+        unclaimed = _gauge(
+            "search_zoekt_node_unclaimed_storage_bytes",
+            "Unclaimed storage bytes of each Zoekt node (usable minus reserved; may be negative).",
+            GITLAB_NODE_LABELS,
+        )
+        percent = _gauge(
+            "search_zoekt_node_storage_percent_used",
+            "Share of storage used on each Zoekt node (0 to 1).",
+            GITLAB_NODE_LABELS,
+        )
+        queue = _gauge(
+            "search_zoekt_task_processing_queue_size",
+            "Tasks waiting to be processed by each Zoekt node (pending or processing, due now).",
+            ("node_name", "node_id"),
+        )
+        tasks = _gauge(
+            "search_zoekt_node_tasks",
+            "Zoekt tasks of each node by state.",
+            (*GITLAB_NODE_LABELS_SHORT, "state"),
+        )
+        for node in overview.nodes:
+            labels = [str(node.id), node.name]
+            status.add_metric(labels, 1 if node.online else 0)
+            unclaimed.add_metric(labels, node.unclaimed_storage_bytes)
+            percent.add_metric(labels, node.storage_percent_used)
+            queue.add_metric([node.name, str(node.id)], node.tasks_due)
+            for state, count in node.tasks.items():
+                tasks.add_metric([str(node.id), node.name, state], count)
+        yield from (status, unclaimed, percent, queue, tasks)
+
+    def _gitlab_counts(self, overview: readmodels.FleetOverview, now) -> Iterator[Metric]:
+        repositories = _gauge(
+            "search_zoekt_repositories_states_total",
+            "Zoekt repositories in each state.",
+            ("state",),
+        )
+        for state, count in overview.repositories.items():
+            repositories.add_metric([state], count)
+        indices = _gauge("search_zoekt_indices_states", "Zoekt indices in each state.", ("state",))
+        for state, count in overview.indices.items():
+            indices.add_metric([state], count)
+        levels = _gauge(
+            "search_zoekt_indices_watermark_levels",
+            "Zoekt indices at each watermark level.",
+            ("watermark_level",),
+        )
+        for level, count in overview.index_watermark_levels.items():
+            levels.add_metric([level], count)
+        stale = _gauge(
+            "search_zoekt_indices_with_stale_used_storage_bytes",
+            "Zoekt indices whose used_storage_bytes was not refreshed since their last indexing.",
+        )
+        stale.add_metric([], Index.objects.with_stale_used_storage_bytes_updated_at().count())
+        names = {node.id: node.name for node in overview.nodes}
+        namespaces = _gauge(
+            "search_zoekt_node_enabled_namespaces",
+            "Enabled namespaces with an index on each Zoekt node.",
+            GITLAB_NODE_LABELS_SHORT,
+        )
+        per_node = dict(
+            Index.objects.filter(zoekt_enabled_namespace__isnull=False)
+            .order_by()
+            .values_list("zoekt_node_id")
+            .annotate(count=Count("zoekt_enabled_namespace_id", distinct=True))
+            .values_list("zoekt_node_id", "count")
+        )
+        for node_id, name in names.items():
+            namespaces.add_metric([str(node_id), name], per_node.get(node_id, 0))
+        schema = _gauge(
+            "search_zoekt_repositories_schema_version_count",
+            "Zoekt repositories whose schema_version is below their node's.",
+            ("target_schema_version", *GITLAB_NODE_LABELS),
+        )
+        for node_id, target, count in (
+            Repository.objects.filter(
+                schema_version__lt=F("zoekt_index__zoekt_node__schema_version")
+            )
+            .order_by()
+            .values_list("zoekt_index__zoekt_node_id", "zoekt_index__zoekt_node__schema_version")
+            .annotate(count=Count("id"))
+            .values_list(
+                "zoekt_index__zoekt_node_id", "zoekt_index__zoekt_node__schema_version", "count"
+            )
+        ):
+            schema.add_metric([str(target), str(node_id), names.get(node_id, "")], count)
+        yield from (repositories, indices, levels, stale, namespaces, schema)
+
+    # --- ours -----------------------------------------------------------------------
+    def _node_metrics(self, overview: readmodels.FleetOverview) -> Iterator[Metric]:
+        gauges = {
+            "searchable": _gauge(
+                "zoekt_control_node_searchable",
+                "1 when searches may go to the node (online, search service, healthy processes).",
+                GITLAB_NODE_LABELS,
+            ),
+            "total": _gauge(
+                "zoekt_control_node_total_bytes",
+                "Disk size reported by the node.",
+                GITLAB_NODE_LABELS,
+            ),
+            "used": _gauge(
+                "zoekt_control_node_used_bytes", "Disk used on the node.", GITLAB_NODE_LABELS
+            ),
+            "reserved": _gauge(
+                "zoekt_control_node_reserved_storage_bytes",
+                "Sum of the reservations of the node's indices (every state).",
+                GITLAB_NODE_LABELS,
+            ),
+            "estimated": _gauge(
+                "zoekt_control_node_estimated_memory_bytes",
+                "Estimated webserver memory of the node's ready and pre-ready indices "
+                "(repository size x memory ratio).",
+                GITLAB_NODE_LABELS,
+            ),
+            "rss": _gauge(
+                "zoekt_control_node_observed_memory_bytes",
+                "Webserver resident memory (RSS) the node last reported.",
+                GITLAB_NODE_LABELS,
+            ),
+            "budget": _gauge(
+                "zoekt_control_node_memory_budget_bytes",
+                "The node's memory budget (its reported limit, else the configured budget).",
+                GITLAB_NODE_LABELS,
+            ),
+            "shards": _gauge(
+                "zoekt_control_node_shards_loaded",
+                "Index shards the node's webserver reports loaded.",
+                GITLAB_NODE_LABELS,
+            ),
+        }
+        for node in overview.nodes:
+            labels = [str(node.id), node.name]
+            gauges["searchable"].add_metric(labels, 1 if node.searchable else 0)
+            gauges["total"].add_metric(labels, node.total_bytes)
+            gauges["used"].add_metric(labels, node.used_bytes)
+            gauges["reserved"].add_metric(labels, node.reserved_storage_bytes)
+            m = node.memory
+            if m is None:
+                continue
+            gauges["estimated"].add_metric(labels, m.estimated_memory_bytes)
+            if m.rss_bytes is not None:
+                gauges["rss"].add_metric(labels, m.rss_bytes)
+            if m.memory_budget_bytes is not None:
+                gauges["budget"].add_metric(labels, m.memory_budget_bytes)
+            if m.shards_loaded is not None:
+                gauges["shards"].add_metric(labels, m.shards_loaded)
+        yield from gauges.values()
+
+    def _fleet_counts(self, overview: readmodels.FleetOverview) -> Iterator[Metric]:
+        replicas = _gauge(
+            "zoekt_control_replicas_states", "Zoekt replicas in each state.", ("state",)
+        )
+        for state, count in overview.replicas.items():
+            replicas.add_metric([state], count)
+        tasks = _gauge("zoekt_control_tasks_states", "Zoekt tasks in each state.", ("state",))
+        for state, count in overview.tasks.items():
+            tasks.add_metric([state], count)
+        namespaces = _gauge(
+            "zoekt_control_enabled_namespaces",
+            "Enabled namespaces, by whether search is on.",
+            ("search",),
+        )
+        namespaces.add_metric(["true"], overview.search_enabled_namespaces)
+        namespaces.add_metric(
+            ["false"], overview.enabled_namespaces - overview.search_enabled_namespaces
+        )
+        nodes = _gauge(
+            "zoekt_control_nodes", "Zoekt nodes, online and searchable counts.", ("status",)
+        )
+        nodes.add_metric(["all"], len(overview.nodes))
+        nodes.add_metric(["online"], overview.online)
+        nodes.add_metric(["searchable"], overview.searchable)
+        ratio = _gauge(
+            "zoekt_control_memory_ratio",
+            "The memory ratio setting: estimated memory per repository byte.",
+        )
+        ratio.add_metric([], overview.memory_ratio)
+        yield from (replicas, tasks, namespaces, nodes, ratio)
+
+
+def _authorized(request: HttpRequest) -> bool:
+    token = getattr(settings, "ZOEKT_METRICS_TOKEN", None)
+    if not token:
+        return True
+    header = request.headers.get("Authorization", "")
+    scheme, _, presented = header.partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(
+        presented.strip().encode(), token.encode()
+    )
+
+
+@require_GET
+def metrics(request: HttpRequest) -> HttpResponse:
+    """The Prometheus text exposition of ``FleetCollector``."""
+    if not _authorized(request):
+        response = HttpResponse("unauthorized\n", status=401, content_type="text/plain")
+        response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+        return response
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(FleetCollector())
+    return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
+
+
+__all__ = ["FleetCollector", "metrics"]

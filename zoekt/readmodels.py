@@ -1,0 +1,763 @@
+"""Read models: what the dashboard, ``/metrics`` and operator commands show, in few queries.
+
+Each function here reads the database with a fixed number of queries,
+whatever the number of nodes, namespaces, indices or plans (the dashboard's
+tests count them with 3 and with 30 of each), and returns plain dataclasses
+a template or a Prometheus collector can read without touching the ORM.
+
+* ``fleet_overview``: per node disk (used, reserved, unclaimed, total and the
+  watermark), memory (``zoekt.memory.node_memory_report``: estimated against
+  observed RSS against the budget), shards loaded, index and task counts,
+  online and searchable (``NodeQuerySet.online`` / ``searchable``), and the
+  fleet's counts by state.
+* ``namespace_page`` / ``namespace_detail``: enabled namespaces with their
+  replicas, indices, project ranges, nodes, states and search targets.
+* ``recent_plans`` / ``plan_detail``: the rollout plans kept by
+  ``planner.records``.
+
+Memory figures come from ``zoekt.memory`` (budgets, estimate, observed
+ratios) rather than being computed a second time here.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from django.core.paginator import Page, Paginator
+from django.db.models import Count, Q
+
+from zoekt import app_settings, capacity, clock, memory, search_health
+from zoekt.capacity import NodeWatermark
+from zoekt.models import (
+    EnabledNamespace,
+    Index,
+    Namespace,
+    Node,
+    Replica,
+    Repository,
+    Task,
+)
+from zoekt.search_targets import SearchTargets, search_targets
+
+INDEX_STATE_NAMES = {state.value: state.label for state in Index.State}
+REPLICA_STATE_NAMES = {state.value: state.label for state in Replica.State}
+REPOSITORY_STATE_NAMES = {state.value: state.label for state in Repository.State}
+TASK_STATE_NAMES = {state.value: state.label for state in Task.State}
+WATERMARK_LEVEL_NAMES = {level.value: level.label for level in Index.WatermarkLevel}
+
+
+def _by_state(rows: Iterable[tuple[int, int]], names: dict[int, str]) -> dict[str, int]:
+    """``{state name: count}`` for every state of the enum, zeros included, in enum order."""
+    counts = dict.fromkeys(names.values(), 0)
+    for value, count in rows:
+        counts[names.get(value, str(value))] = counts.get(names.get(value, str(value)), 0) + count
+    return counts
+
+
+# ----------------------------------------------------------------------------
+# Fleet
+# ----------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeRow:
+    id: int
+    uuid: str
+    name: str
+    version: str | None
+    search_base_url: str
+    last_seen_at: datetime
+    online: bool
+    searchable: bool
+    #: Why search health leaves the node out (``zoekt.reasons``), when it does.
+    search_exclusions: tuple[str, ...]
+    total_bytes: int
+    used_bytes: int
+    indexed_bytes: int
+    usable_storage_bytes: int
+    reserved_storage_bytes: int
+    unclaimed_storage_bytes: int
+    storage_percent_used: float
+    watermark: NodeWatermark
+    #: ``{index state name: count}`` of the indices on the node.
+    indices: dict[str, int]
+    #: ``{task state name: count}`` of the node's tasks, and those due now.
+    tasks: dict[str, int]
+    tasks_due: int
+    #: ``zoekt.memory.NodeMemory`` (None for a node that is not a search node).
+    memory: memory.NodeMemory | None
+
+    @property
+    def index_count(self) -> int:
+        return sum(self.indices.values())
+
+    @property
+    def reserved_percent(self) -> float:
+        return self.reserved_storage_bytes / self.total_bytes if self.total_bytes else 0.0
+
+    @property
+    def rss_bytes(self) -> int | None:
+        return None if self.memory is None else self.memory.rss_bytes
+
+    @property
+    def shards_loaded(self) -> int | None:
+        return None if self.memory is None else self.memory.shards_loaded
+
+
+@dataclasses.dataclass(frozen=True)
+class FleetOverview:
+    now: datetime
+    nodes: list[NodeRow]
+    settings: app_settings.ZoektSettings
+    watermark_limits: tuple[float, float, float]
+    indices: dict[str, int]
+    index_watermark_levels: dict[str, int]
+    replicas: dict[str, int]
+    repositories: dict[str, int]
+    tasks: dict[str, int]
+    enabled_namespaces: int
+    search_enabled_namespaces: int
+
+    @property
+    def online(self) -> int:
+        return sum(1 for node in self.nodes if node.online)
+
+    @property
+    def searchable(self) -> int:
+        return sum(1 for node in self.nodes if node.searchable)
+
+    @property
+    def memory_ratio(self) -> float:
+        return self.settings.memory_ratio
+
+    @property
+    def memory_budget_bytes(self) -> int | None:
+        """The configured per-node budget (source A); None: not configured."""
+        return self.settings.node_memory_budget_bytes
+
+    def totals(self, attr: str) -> int:
+        return sum(getattr(node, attr) for node in self.nodes)
+
+    @property
+    def watermarks(self) -> dict[str, int]:
+        counts = Counter(node.watermark.value for node in self.nodes)
+        return {level.value: counts.get(level.value, 0) for level in NodeWatermark}
+
+
+def fleet_overview(
+    now: datetime | None = None, settings: app_settings.ZoektSettings | None = None
+) -> FleetOverview:
+    """Every node, by id, with its disk, memory, indices and tasks; and the fleet's counts.
+
+    Queries: nodes with their reservations (1), searchable (2), memory (3),
+    indices per node and state (1), tasks per node and state (1), and one
+    count each for index watermark levels, replicas, repositories and
+    enabled namespaces: 12, whatever the fleet size (the settings come from
+    their cache).
+    """
+    now = now or clock.now()
+    settings = settings or app_settings.current()
+    nodes = list(Node.objects.with_unclaimed_storage_bytes().order_by("id"))
+    searchable = set(Node.objects.searchable(now).values_list("id", flat=True))
+    online_health = {
+        node.id: (node.metadata, node.webserver_last_seen_at)
+        for node in nodes
+        if node.is_online(now)
+    }
+    exclusions = search_health.search_exclusions(
+        online_health, now=now, max_restarts=settings.max_restarts_15m
+    )
+    memories = {row.node_id: row for row in memory.node_memory_report(settings=settings, now=now)}
+
+    index_counts: dict[int, Counter] = defaultdict(Counter)
+    fleet_indices: Counter = Counter()
+    for node_id, state, count in (
+        Index.objects.order_by()
+        .values_list("zoekt_node_id", "state")
+        .annotate(count=Count("id"))
+        .values_list("zoekt_node_id", "state", "count")
+    ):
+        index_counts[node_id][state] += count
+        fleet_indices[state] += count
+
+    task_counts: dict[int, Counter] = defaultdict(Counter)
+    tasks_due: Counter = Counter()
+    fleet_tasks: Counter = Counter()
+    pending = (Task.State.PENDING, Task.State.PROCESSING)
+    for node_id, state, count, due in (
+        Task.objects.order_by()
+        .values_list("zoekt_node_id", "state")
+        .annotate(
+            count=Count("id"),
+            due=Count("id", filter=Q(perform_at__lte=now, state__in=pending)),
+        )
+        .values_list("zoekt_node_id", "state", "count", "due")
+    ):
+        task_counts[node_id][state] += count
+        tasks_due[node_id] += due
+        fleet_tasks[state] += count
+
+    development = capacity.watermark_limits(_development_watermarks())
+    rows = [
+        NodeRow(
+            id=node.id,
+            uuid=str(node.uuid),
+            name=node.name,
+            version=node.version,
+            search_base_url=node.search_base_url,
+            last_seen_at=node.last_seen_at,
+            online=node.is_online(now),
+            searchable=node.id in searchable,
+            search_exclusions=tuple(str(reason) for reason in exclusions.get(node.id, ())),
+            total_bytes=node.total_bytes,
+            used_bytes=node.used_bytes,
+            indexed_bytes=node.indexed_bytes,
+            usable_storage_bytes=node.usable_storage_bytes,
+            reserved_storage_bytes=node.reserved_storage_bytes,
+            unclaimed_storage_bytes=node.unclaimed_storage_bytes,
+            storage_percent_used=node.storage_percent_used,
+            watermark=node.watermark,
+            indices=_by_state(index_counts[node.id].items(), INDEX_STATE_NAMES),
+            tasks=_by_state(task_counts[node.id].items(), TASK_STATE_NAMES),
+            tasks_due=tasks_due[node.id],
+            memory=memories.get(node.id),
+        )
+        for node in nodes
+    ]
+    enabled = EnabledNamespace.objects.aggregate(
+        total=Count("id"), search=Count("id", filter=Q(search=True))
+    )
+    return FleetOverview(
+        now=now,
+        nodes=rows,
+        settings=settings,
+        watermark_limits=development,
+        indices=_by_state(fleet_indices.items(), INDEX_STATE_NAMES),
+        index_watermark_levels=_by_state(
+            _grouped(Index.objects, "watermark_level"), WATERMARK_LEVEL_NAMES
+        ),
+        replicas=_by_state(_grouped(Replica.objects, "state"), REPLICA_STATE_NAMES),
+        repositories=_by_state(_grouped(Repository.objects, "state"), REPOSITORY_STATE_NAMES),
+        tasks=_by_state(fleet_tasks.items(), TASK_STATE_NAMES),
+        enabled_namespaces=enabled["total"],
+        search_enabled_namespaces=enabled["search"],
+    )
+
+
+def _grouped(queryset, field: str) -> list[tuple[int, int]]:
+    return list(
+        queryset.order_by()
+        .values_list(field)
+        .annotate(count=Count("pk"))
+        .values_list(field, "count")
+    )
+
+
+def _development_watermarks() -> bool:
+    from django.conf import settings
+
+    return bool(getattr(settings, "ZOEKT_DEVELOPMENT_WATERMARKS", False))
+
+
+# ----------------------------------------------------------------------------
+# Namespaces
+# ----------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class NamespaceRow:
+    enabled_namespace_id: int
+    root_namespace_id: int
+    path: str
+    name: str
+    search: bool
+    desired_replicas: int
+    replicas: dict[str, int]
+    indices: dict[str, int]
+    node_count: int
+    #: A search has a target: the rule of ``zoekt.search_targets``, batched.
+    searchable: bool
+    last_rollout_failed_at: datetime | None
+    #: The largest per-replica sum of its indices' used bytes (live, not the
+    #: ``last_used_storage_bytes`` metadata the scheduler stores).
+    used_storage_bytes: int
+
+    @property
+    def replica_count(self) -> int:
+        return sum(self.replicas.values())
+
+    @property
+    def index_count(self) -> int:
+        return sum(self.indices.values())
+
+
+NAMESPACE_FILTERS = {
+    "": "all",
+    "failed": "rollout failed",
+    "search_disabled": "search disabled",
+    "without_replicas": "no replica",
+}
+
+
+def namespace_page(
+    *,
+    query: str = "",
+    filter: str = "",
+    page: int | str = 1,
+    per_page: int = 50,
+    now: datetime | None = None,
+    settings: app_settings.ZoektSettings | None = None,
+) -> tuple[Page, list[NamespaceRow]]:
+    """One page of enabled namespaces by root namespace id, with their replicas and indices.
+
+    ``query`` is a root namespace id or part of its path; ``filter`` one of
+    ``NAMESPACE_FILTERS``. Queries: the count and the page (2), the page's
+    replicas (1) and indices (1), and searchable nodes (2).
+    """
+    now = now or clock.now()
+    settings = settings or app_settings.current()
+    rows = EnabledNamespace.objects.select_related("root_namespace").order_by("root_namespace_id")
+    query = query.strip()
+    if query:
+        condition = Q(root_namespace__path__icontains=query) | Q(
+            root_namespace__name__icontains=query
+        )
+        if query.isdigit():
+            condition |= Q(root_namespace_id=int(query))
+        rows = rows.filter(condition)
+    if filter == "failed":
+        rows = rows.filter(last_rollout_failed_at__isnull=False)
+    elif filter == "search_disabled":
+        rows = rows.filter(search=False)
+    elif filter == "without_replicas":
+        rows = rows.filter(replicas__isnull=True)
+    paginator = Paginator(rows, per_page)
+    page_obj = paginator.get_page(page)
+    enabled = list(page_obj.object_list)
+    ids = [row.id for row in enabled]
+    replicas: dict[int, Counter] = defaultdict(Counter)
+    replica_states: dict[int, tuple[int, int]] = {}  # replica id → (enabled id, state)
+    for enabled_id, replica_id, state in Replica.objects.filter(
+        zoekt_enabled_namespace_id__in=ids
+    ).values_list("zoekt_enabled_namespace_id", "id", "state"):
+        replicas[enabled_id][state] += 1
+        replica_states[replica_id] = (enabled_id, state)
+    index_rows = list(
+        Index.objects.filter(zoekt_enabled_namespace_id__in=ids).values_list(
+            "zoekt_enabled_namespace_id",
+            "zoekt_replica_id",
+            "zoekt_node_id",
+            "state",
+            "used_storage_bytes",
+        )
+    )
+    searchable_nodes = (
+        set(Node.objects.searchable(now).values_list("id", flat=True)) if index_rows else set()
+    )
+    indices: dict[int, Counter] = defaultdict(Counter)
+    nodes: dict[int, set[int]] = defaultdict(set)
+    by_replica: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    used: dict[int, Counter] = defaultdict(Counter)  # enabled id → replica id → bytes
+    for enabled_id, replica_id, node_id, state, used_bytes in index_rows:
+        indices[enabled_id][state] += 1
+        nodes[enabled_id].add(node_id)
+        if replica_id is not None:
+            by_replica[replica_id].append((node_id, state))
+            used[enabled_id][replica_id] += used_bytes
+    # zoekt.search_targets' rule: a ready replica whose every index is ready
+    # and on a searchable node (a replica with no index never appears here).
+    searchable_enabled = {
+        replica_states[replica_id][0]
+        for replica_id, entries in by_replica.items()
+        if replica_id in replica_states
+        and replica_states[replica_id][1] == Replica.State.READY
+        and all(
+            state == Index.State.READY and node_id in searchable_nodes for node_id, state in entries
+        )
+    }
+    out = [
+        NamespaceRow(
+            enabled_namespace_id=row.id,
+            root_namespace_id=row.root_namespace_id,
+            path=row.root_namespace.path,
+            name=row.root_namespace.name,
+            search=row.search,
+            desired_replicas=row.number_of_replicas(settings.default_number_of_replicas),
+            replicas=_by_state(replicas[row.id].items(), REPLICA_STATE_NAMES),
+            indices={
+                INDEX_STATE_NAMES[state]: count for state, count in sorted(indices[row.id].items())
+            },
+            node_count=len(nodes[row.id]),
+            searchable=row.search and row.id in searchable_enabled,
+            last_rollout_failed_at=row.last_rollout_failed_at,
+            used_storage_bytes=max(used[row.id].values(), default=0),
+        )
+        for row in enabled
+    ]
+    return page_obj, out
+
+
+@dataclasses.dataclass(frozen=True)
+class IndexView:
+    id: int
+    state: str
+    node_id: int
+    node_name: str
+    node_online: bool
+    replica_id: int | None
+    project_namespace_id_from: int | None
+    project_namespace_id_to: int | None
+    #: Projects of the root whose project namespace id falls in the range.
+    projects_in_range: int
+    repositories: dict[str, int]
+    used_storage_bytes: int
+    reserved_storage_bytes: int | None
+    watermark_level: str
+    last_indexed_at: datetime
+
+    @property
+    def used_percent(self) -> float | None:
+        if not self.reserved_storage_bytes:
+            return None
+        return self.used_storage_bytes / self.reserved_storage_bytes
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplicaView:
+    id: int
+    state: str
+    created_at: datetime
+    indices: list[IndexView]
+
+
+@dataclasses.dataclass(frozen=True)
+class NamespaceDetail:
+    enabled: EnabledNamespace
+    root: Namespace
+    desired_replicas: int
+    replicas: list[ReplicaView]
+    #: Indices of the namespace without a replica (evicted, orphaned).
+    detached_indices: list[IndexView]
+    project_count: int
+    targets: SearchTargets
+
+    @property
+    def node_ids(self) -> list[int]:
+        ids = {index.node_id for replica in self.replicas for index in replica.indices}
+        ids |= {index.node_id for index in self.detached_indices}
+        return sorted(ids)
+
+
+def namespace_detail(
+    root_namespace_id: int,
+    *,
+    now: datetime | None = None,
+    settings: app_settings.ZoektSettings | None = None,
+) -> NamespaceDetail | None:
+    """One enabled namespace in full; None when the root namespace is not enabled.
+
+    Queries: the enabled namespace (1), replicas (1), indices with nodes
+    (1), repositories per index and state (1), the root's project
+    namespace ids (1) and the search targets (``zoekt.search_targets``).
+    """
+    now = now or clock.now()
+    settings = settings or app_settings.current()
+    enabled = (
+        EnabledNamespace.objects.select_related("root_namespace")
+        .filter(root_namespace_id=root_namespace_id)
+        .first()
+    )
+    if enabled is None:
+        return None
+    replicas = list(enabled.replicas.order_by("id"))
+    indices = list(
+        Index.objects.filter(zoekt_enabled_namespace=enabled)
+        .select_related("zoekt_node")
+        .order_by("zoekt_replica_id", "id")
+    )
+    repositories: dict[int, Counter] = defaultdict(Counter)
+    for index_id, state, count in (
+        Repository.objects.filter(zoekt_index__in=[index.id for index in indices])
+        .order_by()
+        .values_list("zoekt_index_id", "state")
+        .annotate(count=Count("id"))
+        .values_list("zoekt_index_id", "state", "count")
+    ):
+        repositories[index_id][state] += count
+    project_namespace_ids = sorted(
+        Namespace.objects.project_namespaces_under(root_namespace_id).values_list("id", flat=True)
+    )
+
+    def in_range(start: int | None, end: int | None) -> int:
+        low = 0 if start is None else bisect.bisect_left(project_namespace_ids, start)
+        high = (
+            len(project_namespace_ids)
+            if end is None
+            else bisect.bisect_right(project_namespace_ids, end)
+        )
+        return max(0, high - low)
+
+    views: dict[int | None, list[IndexView]] = defaultdict(list)
+    for index in indices:
+        start = index.metadata.get("project_namespace_id_from")
+        end = index.metadata.get("project_namespace_id_to")
+        views[index.zoekt_replica_id].append(
+            IndexView(
+                id=index.id,
+                state=INDEX_STATE_NAMES.get(index.state, str(index.state)),
+                node_id=index.zoekt_node_id,
+                node_name=index.zoekt_node.name,
+                node_online=index.zoekt_node.is_online(now),
+                replica_id=index.zoekt_replica_id,
+                project_namespace_id_from=start,
+                project_namespace_id_to=end,
+                projects_in_range=in_range(start, end),
+                repositories={
+                    REPOSITORY_STATE_NAMES.get(state, str(state)): count
+                    for state, count in sorted(repositories[index.id].items())
+                },
+                used_storage_bytes=index.used_storage_bytes,
+                reserved_storage_bytes=index.reserved_storage_bytes,
+                watermark_level=WATERMARK_LEVEL_NAMES.get(
+                    index.watermark_level, str(index.watermark_level)
+                ),
+                last_indexed_at=index.last_indexed_at,
+            )
+        )
+    return NamespaceDetail(
+        enabled=enabled,
+        root=enabled.root_namespace,
+        desired_replicas=enabled.number_of_replicas(settings.default_number_of_replicas),
+        replicas=[
+            ReplicaView(
+                id=replica.id,
+                state=REPLICA_STATE_NAMES.get(replica.state, str(replica.state)),
+                created_at=replica.created_at,
+                indices=views.get(replica.id, []),
+            )
+            for replica in replicas
+        ],
+        detached_indices=views.get(None, []),
+        project_count=len(project_namespace_ids),
+        targets=search_targets(root_namespace_id, now=now),
+    )
+
+
+# ----------------------------------------------------------------------------
+# Rollout plans
+# ----------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanRow:
+    id: int
+    created_at: datetime
+    dry_run: bool
+    summary: dict[str, Any]
+
+    @property
+    def bounds(self) -> list[dict[str, Any]]:
+        """``[{dimension, lower_bound, max_utilization, ratio}]`` (disk first)."""
+        return [
+            {"dimension": dimension, **values}
+            for dimension, values in sorted(
+                (self.summary.get("bounds") or {}).items(), key=lambda item: item[0] != "disk"
+            )
+        ]
+
+
+def recent_plans(limit: int = 50) -> list[PlanRow]:
+    """The newest rollout plans, without their plan and explanation bodies (one query)."""
+    from planner.models import RolloutPlan
+
+    return [
+        PlanRow(**row)
+        for row in RolloutPlan.objects.order_by("-id").values(
+            "id", "created_at", "dry_run", "summary"
+        )[:limit]
+    ]
+
+
+@dataclasses.dataclass(frozen=True)
+class PlannedIndexView:
+    node_id: int
+    node_name: str
+    project_namespace_id_from: int | None
+    project_namespace_id_to: int | None
+    required_storage_bytes: int
+    estimated_memory_bytes: int | None
+
+
+@dataclasses.dataclass(frozen=True)
+class Rejected:
+    reason: str
+    count: int
+    dimension: str | None = None
+    requested: int | None = None
+    available: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class CandidateView:
+    node_id: int
+    node_name: str
+    taken: list[tuple[int, int]]
+    #: One entry per reason, with the last amounts requested and available.
+    rejected: list[Rejected]
+    detail: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class NamespacePlanView:
+    namespace_id: int
+    enabled_namespace_id: int
+    path: str | None
+    action: str
+    failed: bool
+    errors: list[dict[str, Any]]
+    warnings: list[dict[str, Any]]
+    required_storage_bytes: int
+    replicas: list[list[PlannedIndexView]]
+    replicas_to_destroy: list[int] | None
+    #: None: this namespace was not explained (or the run kept no records).
+    candidates: list[CandidateView] | None
+    decisions: list[dict[str, Any]]
+    decisions_total: int
+
+    @property
+    def verdict(self) -> str:
+        if self.failed:
+            return "failed"
+        if self.warnings:
+            return "warnings"
+        return "ok"
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanDetail:
+    row: PlanRow
+    page: Page
+    namespaces: list[NamespacePlanView]
+    nodes: list[dict[str, Any]]
+    node_names: dict[int, str]
+    explained: bool
+
+
+PLAN_FILTERS = {"": "all", "failed": "failed", "warnings": "with warnings", "create": "create"}
+
+
+def plan_detail(
+    plan_id: int, *, filter: str = "", page: int | str = 1, per_page: int = 50
+) -> PlanDetail | None:
+    """One stored plan, its namespaces (failed first, then with warnings) a page at a time.
+
+    Queries: the plan row (1) and the page's root namespace paths (1).
+    """
+    from planner.models import RolloutPlan
+
+    row = RolloutPlan.objects.filter(id=plan_id).first()
+    if row is None:
+        return None
+    plan = row.plan or {}
+    summary = row.summary or {}
+    names = {int(key): value for key, value in (summary.get("node_names") or {}).items()}
+
+    def name(node_id: int) -> str:
+        return names.get(node_id, f"node-{node_id}")
+
+    explained = {item["namespace_id"]: item for item in (row.explanation or [])}
+    entries = [
+        *plan.get("failures", []),
+        *plan.get("create", []),
+        *plan.get("destroy", []),
+        *plan.get("unchanged", []),
+    ]
+    entries.sort(key=lambda ns: (not ns.get("errors"), not ns.get("warnings")))
+    if filter == "failed":
+        entries = [ns for ns in entries if ns.get("errors")]
+    elif filter == "warnings":
+        entries = [ns for ns in entries if ns.get("warnings")]
+    elif filter == "create":
+        entries = [ns for ns in entries if ns.get("action") == "create" and not ns.get("errors")]
+    page_obj = Paginator(entries, per_page).get_page(page)
+    on_page = list(page_obj.object_list)
+    paths = dict(
+        Namespace.objects.filter(id__in=[ns["namespace_id"] for ns in on_page]).values_list(
+            "id", "path"
+        )
+    )
+    views = []
+    for ns in on_page:
+        item = explained.get(ns["namespace_id"])
+        candidates = None
+        if item is not None:
+            candidates = [
+                CandidateView(
+                    node_id=node["node_id"],
+                    node_name=name(node["node_id"]),
+                    taken=[tuple(taken) for taken in node["taken"]],
+                    rejected=[
+                        Rejected(reason, count, **(node.get("last") or {}).get(reason, {}))
+                        for reason, count in node["passed_over"].items()
+                    ],
+                    detail=node.get("detail"),
+                )
+                for node in item["nodes"]
+            ]
+        views.append(
+            NamespacePlanView(
+                namespace_id=ns["namespace_id"],
+                enabled_namespace_id=ns["enabled_namespace_id"],
+                path=paths.get(ns["namespace_id"]),
+                action=ns["action"],
+                failed=bool(ns.get("errors")),
+                errors=ns.get("errors", []),
+                warnings=ns.get("warnings", []),
+                required_storage_bytes=ns.get("namespace_required_storage_bytes", 0),
+                replicas=[
+                    [
+                        PlannedIndexView(
+                            node_id=index["node_id"],
+                            node_name=name(index["node_id"]),
+                            project_namespace_id_from=index["projects"][
+                                "project_namespace_id_from"
+                            ],
+                            project_namespace_id_to=index["projects"]["project_namespace_id_to"],
+                            required_storage_bytes=index["required_storage_bytes"],
+                            estimated_memory_bytes=index.get("estimated_memory_bytes"),
+                        )
+                        for index in replica["indices"]
+                    ]
+                    for replica in ns.get("replicas", [])
+                ],
+                replicas_to_destroy=ns.get("replicas_to_destroy"),
+                candidates=candidates,
+                decisions=[] if item is None else item["decisions"],
+                decisions_total=0 if item is None else item["decisions_total"],
+            )
+        )
+    nodes = [
+        {
+            **node,
+            "name": name(node["id"]),
+            "utilization": (
+                node["claimed_storage_bytes"] / node["unclaimed_storage_bytes_before"]
+                if node["unclaimed_storage_bytes_before"] > 0
+                else None
+            ),
+        }
+        for node in plan.get("nodes", [])
+    ]
+    return PlanDetail(
+        row=PlanRow(row.id, row.created_at, row.dry_run, summary),
+        page=page_obj,
+        namespaces=views,
+        nodes=nodes,
+        node_names=names,
+        explained=row.explanation is not None,
+    )
