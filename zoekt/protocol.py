@@ -210,6 +210,8 @@ def serialize_tasks(
 ) -> list[dict]:
     """The ``tasks`` array of a heartbeat reply, in hand-out order."""
     tasks = list(tasks)
+    if not tasks:
+        return []
     project_ids = {t.project_identifier for t in tasks if t.task_type != Task.TaskType.DELETE_REPO}
     projects = {
         p.id: p
