@@ -124,14 +124,16 @@ def with_memory_budget(data: dict[str, Any], fill: float = MEMORY_FILL) -> dict[
     return {**data, "options": options}
 
 
-def best_of(runs: int, fn) -> tuple[float, Any]:
-    best = float("inf")
-    result = None
+def best_of_each(runs: int, *fns) -> list[tuple[float, Any]]:
+    """The best time of each function over ``runs`` rounds, the functions taking turns."""
+    best = [float("inf")] * len(fns)
+    results: list[Any] = [None] * len(fns)
     for _ in range(runs):
-        start = time.perf_counter()
-        result = fn()
-        best = min(best, time.perf_counter() - start)
-    return best, result
+        for i, fn in enumerate(fns):
+            start = time.perf_counter()
+            results[i] = fn()
+            best[i] = min(best[i], time.perf_counter() - start)
+    return list(zip(best, results, strict=True))
 
 
 def main() -> int:
@@ -152,15 +154,20 @@ def main() -> int:
         start = time.perf_counter()
         scenario = parse_scenario(data)
         parse_seconds = time.perf_counter() - start
-        plan_seconds, result = best_of(args.runs, lambda s=scenario: plan(s))
-        bare_seconds, _ = best_of(args.runs, lambda s=scenario: plan(s, record_decisions=False))
+        memory = parse_scenario(with_memory_budget(data, args.memory_fill))
+        # Interleaved, so that a change in the machine's load hits both alike.
+        (plan_seconds, result), (mem_seconds, mem_result) = best_of_each(
+            args.runs, lambda s=scenario: plan(s), lambda s=memory: plan(s)
+        )
+        (bare_seconds, _), (mem_bare, _) = best_of_each(
+            args.runs,
+            lambda s=scenario: plan(s, record_decisions=False),
+            lambda s=memory: plan(s, record_decisions=False),
+        )
         print(
             f"| {count:,} | {len(scenario.namespaces):,} | {len(scenario.nodes)} "
             f"| {parse_seconds:.2f} | {plan_seconds:.3f} | {bare_seconds:.3f} {_summary(result)}"
         )
-        memory = parse_scenario(with_memory_budget(data, args.memory_fill))
-        mem_seconds, mem_result = best_of(args.runs, lambda s=memory: plan(s))
-        mem_bare, _ = best_of(args.runs, lambda s=memory: plan(s, record_decisions=False))
         memory_rows.append((count, plan_seconds, mem_seconds, bare_seconds, mem_bare, mem_result))
 
     print()

@@ -39,16 +39,15 @@ memory only overrides it where memory binds: a project that fits the last
 index on disk but not in memory rolls over (its node excluded *before* the
 new node is chosen), a new index avoids nodes without the memory, and when
 memory cannot be satisfied the project keeps the disk decision and the
-namespace gets a warning, never an error. If memory-steered choices would
-make a namespace fail, its memory-aware attempt is rolled back and it is
-planned by the disk rule alone. With memory off, ``_simulate_replica`` below
+namespace gets a warning, never an error. If the memory-aware attempt of a
+namespace fails, it is rolled back and the namespace is planned by the disk
+rule alone. With memory off, ``_simulate_replica`` below
 runs exactly as before and the plan has no memory keys.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from itertools import accumulate, chain
 from typing import Any
 
 from planner.plan import (
@@ -254,7 +253,7 @@ class _Projects:
     (``rsizes`` is ``None``) and are recovered as ``size // num``.
     """
 
-    __slots__ = ("_suffix", "num", "pids", "pnids", "rsizes", "sizes")
+    __slots__ = ("num", "pids", "pnids", "rsizes", "sizes")
 
     def __init__(
         self,
@@ -269,7 +268,6 @@ class _Projects:
         self.sizes = sizes
         self.rsizes = rsizes
         self.num = num
-        self._suffix: list[int] | None = None
 
     def r(self, k: int) -> int:
         """Project ``k``'s repository size."""
@@ -278,16 +276,10 @@ class _Projects:
         return self.rsizes[k]
 
     def suffix(self, k: int) -> int:
-        """The repository bytes of projects ``k`` and after."""
-        if self._suffix is None:
-            values = self.sizes if self.rsizes is None else self.rsizes
-            out = list(accumulate(reversed(values)))
-            out.reverse()
-            out.append(0)
-            if self.rsizes is None:
-                out = [value // self.num for value in out]
-            self._suffix = out
-        return self._suffix[k]
+        """The repository bytes of projects ``k`` and after (a C-level sum: rare)."""
+        if self.rsizes is None:
+            return sum(self.sizes[k:]) // self.num
+        return sum(self.rsizes[k:])
 
 
 class _Run:
@@ -341,15 +333,11 @@ class _Run:
         self.memory_ratio = _factor_ratio(options.memory_ratio)
         self.fit_both = _FitBoth(self.disk, self.mem, self.factor, self.memory_ratio)
         self.exhausted = _Exhausted(self.first_fit, self.fit_both)
-        self.undo_appends: list[int] = []
         self.undo_decisions = 0
+        self.position_of = {node_id: pos for pos, node_id in enumerate(self.node_ids)}
         #: The largest repository size placed in the run (for the bounds;
         #: scaled size and estimate are both monotone in it).
         self.largest_repository = 0
-        #: The size lists of the namespaces that placed every project (the
-        #: scaled sizes with an integral buffer factor, else the repository
-        #: sizes); their maximum is taken once, in ``result``.
-        self.placed: list[list[int]] = []
         self.mem_history: list[tuple[list[int], list[int | float]]] = []
         if self.log is not None:
             self.mem_history = [([-1], [value]) for value in self.mem]
@@ -372,24 +360,34 @@ class _Run:
     def _write(self, position: int, value: int) -> None:
         """Set a node's unclaimed bytes, and log the change for explain."""
         if self.disk[position] != value:
-            if self.undo is not None:
-                self._touch(position)
             self.disk[position] = value
             if self.log is not None:
                 sequences, values = self.disk_history[position]
                 sequences.append(len(self.decisions))
                 values.append(value)
 
-    def _write_mem(self, position: int, value: int | float) -> None:
-        """Set a node's unclaimed memory, and log the change for explain."""
-        if self.mem[position] != value:
-            if self.undo is not None:
-                self._touch(position)
-            self.mem[position] = value
-            if self.log is not None:
+    def _write_both(self, position: int, disk_value: int, mem_value: int | float) -> None:
+        """Set a node's unclaimed bytes and memory (an index closes or rolls over).
+
+        Logs each change for explain, and first remembers the old values if a
+        memory-aware namespace attempt may be rolled back.
+        """
+        undo = self.undo
+        if undo is not None and position not in undo:
+            self._touch(position)
+        log = self.log
+        if self.disk[position] != disk_value:
+            self.disk[position] = disk_value
+            if log is not None:
+                sequences, values = self.disk_history[position]
+                sequences.append(len(self.decisions))
+                values.append(disk_value)
+        if self.mem[position] != mem_value:
+            self.mem[position] = mem_value
+            if log is not None:
                 sequences, values = self.mem_history[position]
                 sequences.append(len(self.decisions))
-                values.append(value)
+                values.append(mem_value)
 
     # ------------------------------------------------------------------ #
 
@@ -590,12 +588,13 @@ class _Run:
     ) -> None:
         """Plan a namespace with projects, memory dimension on.
 
-        The memory-aware attempt runs first. If memory steered any decision
-        and the attempt ends with an error, it is rolled back (nodes, decision
-        records) and the namespace is planned by the disk rule alone, the plan
-        GitLab would make from this state: memory never makes a namespace
-        fail (seed 1d). The disk-only plan keeps its verdict; if it succeeds,
-        it carries a ``memory_placement_abandoned`` warning.
+        The memory-aware attempt runs first. If it ends with an error, it is
+        rolled back (nodes, decision records) and the namespace is planned by
+        the disk rule alone, the plan GitLab would make from this state: memory
+        never makes a namespace fail (seed 1d). (When memory changed nothing,
+        the redo is the same plan.) The disk-only plan keeps its verdict; if it
+        succeeds, memory did make the difference and it carries a
+        ``memory_placement_abandoned`` warning.
         """
         projects = [p for p in namespace.projects if p.repository_size is not None]
         num, den = self.factor
@@ -605,51 +604,35 @@ class _Run:
         else:
             rsizes = [p.repository_size for p in projects]
             sizes = [-(-r * num // den) for r in rsizes]
-        data = _Projects(
+        # The replica's sizes all together (the first index's shortcut).
+        total = sum(sizes) if rsizes is None else _INF
+        data = (
             [p.project_namespace_id for p in projects],
             [p.project_id for p in projects],
             sizes,
             rsizes,
-            num,
+            total,
         )
         aware = self.aware
         if aware:
             self.undo = {}
-            self.undo_appends = []
             self.undo_decisions = len(self.decisions)
-        steered = False
-        #: The largest repository size placed, -1 once a replica placed them all.
-        largest = 0
-        try:
-            for replica_idx in range(missing):
-                placed, biggest = self._simulate_replica_memory(
-                    ns_plan, replica_idx, data, more=replica_idx < missing - 1, aware=aware
+        if missing == 1:
+            try:
+                largest = self._simulate_replica_memory(
+                    ns_plan, 0, data[0], data[1], sizes, rsizes, total, False, aware
                 )
-                steered |= placed
-                if biggest < 0 or largest < 0:
-                    largest = -1
-                elif biggest > largest:
-                    largest = biggest
-        finally:
-            self.exhausted.release()
-        if steered and ns_plan.errors:
+            finally:
+                self.exhausted.release()
+        else:
+            largest = self._simulate_replicas(ns_plan, data, missing, aware)
+        if aware and ns_plan.errors:
             error = ns_plan.errors[0]
-            self._rollback()
+            self._rollback(ns_plan)
             ns_plan.replicas = []
             ns_plan.errors = []
             ns_plan.warnings = []
-            largest = 0
-            try:
-                for replica_idx in range(missing):
-                    _, biggest = self._simulate_replica_memory(
-                        ns_plan, replica_idx, data, more=replica_idx < missing - 1, aware=False
-                    )
-                    if biggest < 0 or largest < 0:
-                        largest = -1
-                    elif biggest > largest:
-                        largest = biggest
-            finally:
-                self.exhausted.release()
+            largest = self._simulate_replicas(ns_plan, data, missing, False)
             if not ns_plan.errors:
                 ns_plan.warnings.append(
                     PlanIssue(
@@ -666,16 +649,43 @@ class _Run:
         if len(ns_plan.errors) > 1:
             ns_plan.errors = list(dict.fromkeys(ns_plan.errors))
         if largest < 0:
-            # Every project was placed: its maximum is taken once, at the end.
-            self.placed.append(sizes if rsizes is None else rsizes)
-        elif largest > self.largest_repository:
+            # Every project was placed. Its largest matters only if it can beat
+            # the run's: not when the whole namespace is smaller.
+            if rsizes is None:
+                if total // num > self.largest_repository:
+                    largest = max(sizes) // num
+            else:
+                largest = max(rsizes, default=0)
+        if largest > self.largest_repository:
             self.largest_repository = largest
 
-    def _rollback(self) -> None:
+    def _simulate_replicas(
+        self, ns_plan: NamespacePlan, data: tuple, missing: int, aware: bool
+    ) -> int:
+        """Every missing replica; the largest repository size placed (-1: all were)."""
+        simulate = self._simulate_replica_memory
+        try:
+            if missing == 1:
+                return simulate(ns_plan, 0, *data, False, aware)
+            largest = 0
+            for replica_idx in range(missing):
+                biggest = simulate(ns_plan, replica_idx, *data, replica_idx < missing - 1, aware)
+                if biggest < 0 or largest < 0:
+                    largest = -1
+                elif biggest > largest:
+                    largest = biggest
+            return largest
+        finally:
+            self.exhausted.release()
+
+    def _rollback(self, ns_plan: NamespacePlan) -> None:
         """Undo everything the namespace's abandoned attempt did to the run's records."""
         node_indices = self.node_indices
-        for position in reversed(self.undo_appends):
-            node_indices[position].pop()
+        position_of = self.position_of
+        for replica in reversed(ns_plan.replicas):
+            for index in reversed(replica.indices):
+                popped = node_indices[position_of[index.node_id]].pop()
+                assert popped is index
         undo = self.undo or {}
         for position, (disk, mem, disk_len, mem_len) in undo.items():
             self.disk[position] = disk
@@ -693,7 +703,6 @@ class _Run:
             self.first_fit.unblock(position)
             self.fit_both.unblock(position)
         self.undo = {}
-        self.undo_appends = []
 
     def _estimate(self, repository_bytes: int | float) -> int | float:
         """The estimate for ``repository_bytes`` of projects: × memory_ratio, rounded up."""
@@ -711,17 +720,20 @@ class _Run:
         self,
         ns_plan: NamespacePlan,
         replica_idx: int,
-        data: _Projects,
-        *,
+        pnids: list[int],
+        pids: list[int],
+        sizes: list[int],
+        rsizes: list[int] | None,
+        total: int | float,
         more: bool,
         aware: bool,
-    ) -> tuple[bool, int]:
+    ) -> int:
         """Plan one replica with the memory dimension on.
 
-        Returns whether memory steered a choice (one the disk-only rule would
-        not have made) and the largest repository size placed. With
-        ``aware`` False this makes exactly the disk-only decisions of
-        ``_simulate_replica`` and only keeps the memory figures.
+        Returns the largest repository size placed (-1: every project was
+        placed). With ``aware`` False this makes exactly the
+        disk-only decisions of ``_simulate_replica`` and only keeps the
+        memory figures.
 
         Memory is tracked in repository bytes: the last index's memory test
         ``estimate(Σr + r) <= limit`` is ``Σr + r <= floor(limit / ratio)``,
@@ -730,36 +742,24 @@ class _Run:
         test as ``last_lim = min(max_storage, limit × num)``: the hot path
         (a project joining the last index) costs what GitLab's does. With a
         fractional factor the repository bytes are summed alongside.
+        Only what the hot path needs is bound to locals; the rest is looked
+        up when a new index opens.
         """
-        disk = self.disk
-        mem = self.mem
-        ceilings = self.ceilings
-        write = self._write
-        write_mem = self._write_mem
         find = self.first_fit.find
-        exhausted = self.exhausted
+        fit_both = self.fit_both.find
         cap = self.cap
-        node_ids = self.node_ids
-        namespace_id = ns_plan.namespace_id
-        errors = ns_plan.errors
-        pnids = data.pnids
-        sizes = data.sizes
-        rsizes = data.rsizes
-        num = data.num
-        mn, md = self.memory_ratio
-        linear = rsizes is None
+        num = self.factor[0]
+        nonlinear = rsizes is not None
         n = len(sizes)
         indices: list[PlannedIndex] = []
-        #: warning type → [details of the first occurrence, occurrences]
-        notes: dict[str, list] = {}
-        steered = False
-        skipped: list[int] = []
+        notes: dict[str, list] | None = None  # memory warnings: type → [details, count]
+        skipped: list[int] | None = None
         stop = n
 
         last: PlannedIndex | None = None
         last_pos = -1
         last_max: int | float = -1  # no last index: nothing fits it
-        last_lim: int | float = -1  # linear: min(last_max, memory limit × num)
+        last_lim: int | float = -1  # min(last_max, memory limit × num) (integral factor)
         last_req = 0
         last_to = 0
         first_pos = -1
@@ -773,9 +773,9 @@ class _Run:
         for k in range(n):
             size = sizes[k]
             if len(indices) >= cap:
-                errors.append(
+                ns_plan.errors.append(
                     PlanIssue(
-                        namespace_id,
+                        ns_plan.namespace_id,
                         replica_idx,
                         INDEX_LIMIT_EXCEEDED,
                         f"Replica reached maximum index limit ({cap})",
@@ -784,22 +784,34 @@ class _Run:
                 stop = k
                 break
 
-            if last_req + size > last_lim or (not linear and last_r + rsizes[k] > last_rlim):
+            if last_req + size > last_lim or (nonlinear and last_r + rsizes[k] > last_rlim):
+                mn, md = self.memory_ratio
                 position = -1  # set: a memory-driven rollover to this candidate
                 if last_req + size <= last_max:
                     # Fits the last index on disk but not in memory (aware only).
-                    index_r = last_req // num if linear else last_r
-                    write(last_pos, last_max - last_req)
-                    write_mem(last_pos, last_mopen - -(-index_r * mn // md))
-                    steered = True
+                    index_r = last_r if nonlinear else last_req // num
+                    self._write_both(
+                        last_pos,
+                        last_max - last_req,
+                        last_mopen - -(-index_r * mn // md),
+                    )
+                    if notes is None:
+                        notes = {}
                     outcome = self._memory_limit(
-                        data, k, last_pos, first_pos, index_r, last_mopen, len(indices), notes
+                        _Projects(pnids, pids, sizes, rsizes, num),
+                        k,
+                        last_pos,
+                        first_pos,
+                        index_r,
+                        last_mopen,
+                        len(indices),
+                        notes,
                     )
                     if outcome[0] == _OPEN:
                         position = outcome[1]
                     else:
                         last_rlim = outcome[1]
-                        if linear:
+                        if not nonlinear:
                             limit = last_rlim * num
                             last_lim = last_max if last_max < limit else limit
                         if self.log is not None:
@@ -808,14 +820,20 @@ class _Run:
                                 ns_plan,
                                 replica_idx,
                                 len(indices) - 1,
-                                data,
-                                k,
+                                pids[k],
+                                pnids[k],
+                                size,
+                                rsizes[k] if nonlinear else size // num,
                                 last_pos,
-                                warning=outcome[2],
+                                None,
+                                outcome[2],
+                                True,
                             )
                 if position >= 0 or last_req + size > last_max:
                     # A new index: the replica's first, a disk rollover, or
                     # (position set) a memory rollover.
+                    mem = self.mem
+                    exhausted = self.exhausted
                     warning = None
                     if position >= 0:
                         cause = outcome[2]
@@ -824,12 +842,45 @@ class _Run:
                     else:
                         cause = CAUSE_DISK
                     if last is not None:
-                        write(last_pos, last_max - last_req)
-                        write_mem(
+                        self._write_both(
                             last_pos,
-                            last_mopen - -(-(last_req // num if linear else last_r) * mn // md),
+                            last_max - last_req,
+                            last_mopen - -(-(last_r if nonlinear else last_req // num) * mn // md),
                         )
-                    if position < 0:
+                    r = rsizes[k] if nonlinear else size // num
+                    if position < 0 and aware:
+                        # The first node with room in both dimensions: GitLab's own
+                        # first fit whenever that node has the memory too.
+                        position = fit_both(r)
+                        if (
+                            position == first_pos
+                            and position is not None
+                            and find(size) != first_pos
+                        ):
+                            # Only GitLab's own choice may reuse the replica's first node
+                            # (and fail on it, 10.1); a memory-steered choice never does.
+                            exhausted.add_memory(first_pos)
+                            position = fit_both(r)
+                        if position is None:
+                            # No usable node has both: the disk-only choice, with a warning.
+                            if notes is None:
+                                notes = {}
+                            position, warning = self._memory_choice(
+                                ns_plan,
+                                replica_idx,
+                                len(indices),
+                                pids[k],
+                                pnids[k],
+                                size,
+                                r,
+                                notes,
+                            )
+                            if position is None:
+                                if skipped is None:
+                                    skipped = []
+                                skipped.append(k)
+                                continue
+                    elif position < 0:
                         position = find(size) if size < gate_fail else None
                         if position is None:
                             if size < gate_fail:
@@ -838,94 +889,100 @@ class _Run:
                                 ns_plan,
                                 replica_idx,
                                 len(indices),
-                                data.pids[k],
+                                pids[k],
                                 pnids[k],
                                 size,
                                 exhausted=exhausted.frozen_disk(),
                             )
+                            if skipped is None:
+                                skipped = []
                             skipped.append(k)
                             continue
-                        if aware and (
-                            mem[position] < -(-(size // num if linear else rsizes[k]) * mn // md)
-                            or position in exhausted.memory_only
-                        ):
-                            # GitLab's node lacks the memory (or the split left it).
-                            steered = True
-                            position, warning = self._memory_choice(
-                                ns_plan, replica_idx, len(indices), data, k, first_pos, notes
-                            )
-                            if position is None:
-                                skipped.append(k)
-                                continue
                     if self.log is not None:
                         self._record(
                             NEW_INDEX,
                             ns_plan,
                             replica_idx,
                             len(indices),
-                            data,
-                            k,
+                            pids[k],
+                            pnids[k],
+                            size,
+                            r,
                             position,
-                            cause=cause,
-                            warning=warning,
-                            memory=aware,
+                            cause,
+                            warning,
+                            aware,
                         )
-                    max_bytes = disk[position]
-                    ceiling = ceilings[position]
-                    shown = None if ceiling == _INF else ceiling
+                    max_bytes = self.disk[position]
+                    ceiling = self.ceilings[position]
                     if last is None:
                         index = PlannedIndex(
-                            node_ids[position], namespace_id, None, None, 0, max_bytes, 0, shown
+                            self.node_ids[position],
+                            ns_plan.namespace_id,
+                            None,
+                            None,
+                            0,
+                            max_bytes,
+                            0,
+                            None if ceiling == _INF else ceiling,
                         )
                         first_pos = position
                     else:
                         last.required_storage_bytes = last_req
                         last.estimated_memory_bytes = -(
-                            -(last_req // num if linear else last_r) * mn // md
+                            -(last_r if nonlinear else last_req // num) * mn // md
                         )
                         last.project_namespace_id_to = last_to
                         index = PlannedIndex(
-                            node_ids[position],
-                            namespace_id,
+                            self.node_ids[position],
+                            ns_plan.namespace_id,
                             last_to + 1,
                             None,
                             0,
                             max_bytes,
                             0,
-                            shown,
+                            None if ceiling == _INF else ceiling,
                         )
                         if position == first_pos:
-                            errors.append(
+                            ns_plan.errors.append(
                                 PlanIssue(
-                                    namespace_id,
+                                    ns_plan.namespace_id,
                                     replica_idx,
                                     NODE_REUSED_IN_NAMESPACE,
                                     f"Index {len(indices)} of replica {replica_idx} is planned "
-                                    f"on node {node_ids[position]}, which already holds index 0 "
-                                    "of this replica; provisioning would violate the unique "
-                                    "(enabled namespace, node) index",
+                                    f"on node {self.node_ids[position]}, which already holds "
+                                    "index 0 of this replica; provisioning would violate the "
+                                    "unique (enabled namespace, node) index",
                                 )
                             )
                         exhausted.add(position)
                         gated = True
                     indices.append(index)
                     self.node_indices[position].append(index)
-                    if self.undo is not None:
-                        self.undo_appends.append(position)
                     last = index
                     last_pos = position
                     last_max = max_bytes
                     last_req = size
                     last_to = pnids[k]
                     last_mopen = mem[position]
-                    if not linear:
-                        last_r = rsizes[k]
+                    last_r = r
                     last_lim = max_bytes
                     if aware:
-                        last_rlim = self._r_limit(ceiling if ceiling < last_mopen else last_mopen)
-                        if linear and last_rlim * num < max_bytes:
-                            last_lim = last_rlim * num
+                        room = ceiling if ceiling < last_mopen else last_mopen
+                        if room == _INF:
+                            last_rlim = _INF
+                        else:
+                            last_rlim = room * md // mn if room >= 0 else -1
+                            if last_rlim * num < max_bytes and not nonlinear:
+                                last_lim = last_rlim * num
                     gate_ok = -1
+                    if k == 0 and n > 1 and cap > 1 and total <= last_lim:
+                        # The replica's first index has no gate: if everything fits it
+                        # (the namespace's total size), every project joins it, as
+                        # they would one by one. (Integral buffer factors only.)
+                        last_req = total
+                        last_to = pnids[-1]
+                        break
                     continue
 
             # Joins the last index, after GitLab's gate (10.1, 10.3).
@@ -935,84 +992,84 @@ class _Run:
                 else:
                     if size < gate_fail:
                         gate_fail = size
-                    write(last_pos, last_max - last_req)
-                    write_mem(
+                    mn, md = self.memory_ratio
+                    self._write_both(
                         last_pos,
-                        last_mopen - -(-(last_req // num if linear else last_r) * mn // md),
+                        last_max - last_req,
+                        last_mopen - -(-(last_r if nonlinear else last_req // num) * mn // md),
                     )
                     self._unavailable(
                         ns_plan,
                         replica_idx,
                         len(indices),
-                        data.pids[k],
+                        pids[k],
                         pnids[k],
                         size,
-                        fits_last_index_node_id=node_ids[last_pos],
-                        exhausted=exhausted.frozen_disk(),
+                        fits_last_index_node_id=self.node_ids[last_pos],
+                        exhausted=self.exhausted.frozen_disk(),
                     )
+                    if skipped is None:
+                        skipped = []
                     skipped.append(k)
                     continue
             last_req += size
             last_to = pnids[k]
-            if not linear:
+            if nonlinear:
                 last_r += rsizes[k]
 
         if last is not None:
+            mn, md = self.memory_ratio
             last.required_storage_bytes = last_req
-            last.estimated_memory_bytes = -(-(last_req // num if linear else last_r) * mn // md)
+            estimate = -(-(last_r if nonlinear else last_req // num) * mn // md)
+            last.estimated_memory_bytes = estimate
             last.project_namespace_id_to = None
-            write(last_pos, last_max - last_req)
-            write_mem(last_pos, last_mopen - last.estimated_memory_bytes)
+            self._write_both(
+                last_pos,
+                last_max - last_req,
+                last_mopen - estimate,
+            )
             if more:
-                exhausted.add(first_pos)
+                self.exhausted.add(first_pos)
         ns_plan.replicas.append(ReplicaPlan(indices))
         if notes:
             self._warn(ns_plan, replica_idx, indices, notes)
-        if skipped or stop < n:
-            refused = set(skipped)
-            return steered, max((data.r(k) for k in range(stop) if k not in refused), default=0)
-        return steered, -1
+        if skipped is None and stop == n:
+            return -1
+        refused = set(skipped or ())
+        values = rsizes if nonlinear else sizes
+        largest = max((values[k] for k in range(stop) if k not in refused), default=0)
+        return largest if nonlinear else largest // num
 
     def _memory_choice(
         self,
         ns_plan: NamespacePlan,
         replica_idx: int,
         index_idx: int,
-        data: _Projects,
-        k: int,
-        first_pos: int,
+        pid: int,
+        pnid: int,
+        size: int,
+        r: int,
         notes: dict[str, list],
     ) -> tuple[int | None, str | None]:
-        """The node for a new index when GitLab's disk choice lacks the memory.
+        """A new index's node when no usable node has room in both dimensions.
 
-        The first node with room in both dimensions that the namespace may
-        use; when there is none, the disk-only choice with a
-        ``memory_budget_insufficient`` warning (returned as the second item);
-        ``(None, None)`` when there is no node at all (a ``node_unavailable``
-        error has been recorded). The replica's first node is excluded first:
-        a memory-driven choice never reuses it.
+        The disk-only choice (skipping the nodes the memory-driven split
+        excluded) with a ``memory_budget_insufficient`` warning, returned as
+        the second item; ``(None, None)`` when there is no node at all (a
+        ``node_unavailable`` error has been recorded).
         """
-        r = data.r(k)
         mm = self._estimate(r)
-        self.exhausted.add_memory(first_pos)
-        chosen = self.fit_both.find(r)
-        if chosen is not None:
-            return chosen, None
-        # Nowhere with both: the disk-only choice, with a warning.
-        size = data.sizes[k]
         chosen = self._disk_only_choice(size)
         if chosen is None:
-            self._unavailable(
-                ns_plan, replica_idx, index_idx, data.pids[k], data.pnids[k], size, memory=mm
-            )
+            self._unavailable(ns_plan, replica_idx, index_idx, pid, pnid, size, memory=mm)
             return None, None
         _note(
             notes,
             MEMORY_BUDGET_INSUFFICIENT,
-            f"Node {self.node_ids[chosen]} has the unclaimed storage for project "
-            f"{data.pids[k]} (size {size}) but not its estimated memory ({mm} bytes "
-            f"requested, {_show(self.mem[chosen])} available), and no usable node has both; "
-            f"the project opened index {index_idx} there by the disk-only rule",
+            f"Node {self.node_ids[chosen]} has the unclaimed storage for project {pid} "
+            f"(size {size}) but not its estimated memory ({mm} bytes requested, "
+            f"{_show(self.mem[chosen])} available), and no usable node has both; the project "
+            f"opened index {index_idx} there by the disk-only rule",
         )
         return chosen, MEMORY_BUDGET_INSUFFICIENT
 
@@ -1022,16 +1079,16 @@ class _Run:
         ns_plan: NamespacePlan,
         replica_idx: int,
         index_idx: int,
-        data: _Projects,
-        k: int,
+        pid: int,
+        pnid: int,
+        size: int,
+        r: int,
         position: int,
-        *,
-        cause: str | None = None,
-        warning: str | None = None,
-        memory: bool = True,
+        cause: str | None,
+        warning: str | None,
+        memory: bool,
     ) -> None:
         """A decision record of the memory dimension (only when recording)."""
-        size = data.sizes[k]
         exhausted = self.exhausted
         self.decisions.append(
             Decision(
@@ -1039,10 +1096,10 @@ class _Run:
                 ns_plan.namespace_id,
                 replica_idx,
                 index_idx,
-                data.pids[k],
-                data.pnids[k],
+                pid,
+                pnid,
                 # The decisions of an unaware pass are disk-only: they ask for disk.
-                {DISK: size, MEMORY: self._estimate(data.r(k))} if memory else {DISK: size},
+                {DISK: size, MEMORY: self._estimate(r)} if memory else {DISK: size},
                 position,
                 exhausted.frozen(),
                 None,
@@ -1102,8 +1159,8 @@ class _Run:
                 else:
                     wtype = MEMORY_NODE_EXHAUSTED
                     why = (
-                        "no other node can take a new index of this replica (exhausted for "
-                        "the namespace or without the unclaimed storage)"
+                        "the nodes ran out: no other node can take a new index of this replica "
+                        "(exhausted for the namespace or without the unclaimed storage)"
                     )
             else:
                 wtype = MEMORY_INDEX_LIMIT_REACHED
@@ -1146,10 +1203,14 @@ class _Run:
         else:
             wtype = MEMORY_NODE_EXHAUSTED
             why = (
-                f"only {usable} other node(s) can take a new index of this replica"
-                if usable
-                else "no other node can take a new index of this replica"
-            ) + " (the others are exhausted for the namespace or without the room)"
+                "the nodes ran out: "
+                + (
+                    f"only {usable} other node(s) can take a new index of this replica"
+                    if usable
+                    else "no other node can take a new index of this replica"
+                )
+                + " (the others are exhausted for the namespace or without the room)"
+            )
         head = (
             f"{here} reached its max_memory_bytes ({ceiling}) at project {pid}; the rest of "
             f"the replica needs {left} bytes of estimated memory and {why}"
@@ -1345,10 +1406,7 @@ class _Run:
                         self.budgets[pos], _finite(self.mem_before[pos]), _finite(self.mem[pos])
                     )
             num, den = self.factor
-            largest = max(chain.from_iterable(self.placed), default=0)
-            if den == 1:
-                largest //= num
-            largest = max(largest, self.largest_repository)
+            largest = self.largest_repository
             bounds = {
                 DISK: _bounds(self.before, self.disk, -(-largest * num // den)),
                 MEMORY: _bounds(self.mem_before, self.mem, self._estimate(largest)),

@@ -381,7 +381,8 @@ def delete_indices() -> Result:
             )
             if len(batch) < INDEX_TO_DELETE_REPOSITORY_BATCH_SIZE:
                 break
-    empty = [i for i in ids if i not in set(with_repositories)]
+    draining = set(with_repositories)
+    empty = [i for i in ids if i not in draining]
     destroyed = 0
     if empty:
         # Still deletable and still empty at delete time.
