@@ -22,11 +22,6 @@ app.autodiscover_tasks(["zoekt", "zoekt.scheduling", "planner"])
 # Every entry expires after its own interval, so a backlog of missed ticks
 # never runs the same job several times in a row.
 BEAT_SCHEDULE = {
-    "update-replica-states": {
-        "task": "zoekt.update_replica_states",
-        "schedule": 60.0,
-        "options": {"expires": 60},
-    },
     "refresh-buffer-factor": {
         "task": "zoekt.refresh_buffer_factor",
         "schedule": 3600.0,

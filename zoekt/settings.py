@@ -73,6 +73,10 @@ if not SECRET_KEY:
     # better than signing sessions with a published key.
     raise ImproperlyConfigured("DJANGO_SECRET_KEY (or DJANGO_SECRET_KEY_FILE) must be set")
 
+# The catalog bulk upsert takes up to 10,000 rows a table in one body; the node
+# API refuses anything over 64 KiB on its own.
+DATA_UPLOAD_MAX_MEMORY_SIZE = 32 * 1024 * 1024
+
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost")
 CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS")
 
