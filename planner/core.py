@@ -70,6 +70,7 @@ from planner.plan import (
     PlanIssue,
     PlannedIndex,
     ReplicaPlan,
+    bounds_entry,
 )
 from planner.scenario import (
     CONCURRENCY_FACTOR,
@@ -1483,18 +1484,7 @@ def _bounds(
         lower = None
     else:
         lower = max(demand / total, largest / biggest)
-    ratio: float | None
-    if lower is None or utilization is None:
-        ratio = None
-    elif lower == 0:
-        ratio = 1.0 if utilization == 0 else None
-    else:
-        ratio = utilization / lower
-    return {
-        "lower_bound": None if lower is None else round(lower, 6),
-        "max_utilization": None if utilization is None else round(utilization, 6),
-        "ratio": None if ratio is None else round(ratio, 6),
-    }
+    return bounds_entry(lower, utilization)
 
 
 class _Exhausted:

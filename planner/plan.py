@@ -320,3 +320,24 @@ def dumps(obj: Any, *, indent: int | None = 2) -> str:
     """The one JSON form of planner output: sorted keys, ASCII, no trailing space."""
     separators = (",", ": ") if indent is not None else (",", ":")
     return json.dumps(obj, sort_keys=True, indent=indent, separators=separators, ensure_ascii=True)
+
+
+def bounds_entry(lower: float | None, utilization: float | None) -> dict[str, float | None]:
+    """One dimension of ``bounds``: the lower bound, the plan's max utilisation, their ratio.
+
+    With a zero bound the ratio is 1 when nothing was claimed and ``None``
+    (unbounded) otherwise; ``None`` wherever either figure is unknown.
+    Rounded to six decimals after the ratio is computed.
+    """
+    ratio: float | None
+    if lower is None or utilization is None:
+        ratio = None
+    elif lower == 0:
+        ratio = 1.0 if utilization == 0 else None
+    else:
+        ratio = utilization / lower
+    return {
+        "lower_bound": None if lower is None else round(lower, 6),
+        "max_utilization": None if utilization is None else round(utilization, 6),
+        "ratio": None if ratio is None else round(ratio, 6),
+    }

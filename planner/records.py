@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 
+from planner.plan import bounds_entry
 from zoekt.logging import get_logger
 
 if TYPE_CHECKING:
@@ -176,18 +177,7 @@ def disk_bounds(scenario: dict[str, Any], plan: Plan) -> dict[str, float | None]
         lower = None
     else:
         lower = max(demand / total, largest / max(positive))
-    ratio: float | None
-    if lower is None or utilization is None:
-        ratio = None
-    elif lower == 0:
-        ratio = 1.0 if utilization == 0 else None
-    else:
-        ratio = utilization / lower
-    return {
-        "lower_bound": None if lower is None else round(lower, 6),
-        "max_utilization": None if utilization is None else round(utilization, 6),
-        "ratio": None if ratio is None else round(ratio, 6),
-    }
+    return bounds_entry(lower, utilization)
 
 
 # ----------------------------------------------------------------------------
