@@ -545,14 +545,8 @@ class _Run:
                 )
                 if position == first_pos:
                     errors.append(
-                        PlanIssue(
-                            namespace_id,
-                            replica_idx,
-                            NODE_REUSED_IN_NAMESPACE,
-                            f"Index {len(indices)} of replica {replica_idx} is planned on node "
-                            f"{self.node_ids[position]}, which already holds index 0 of this "
-                            "replica; provisioning would violate the unique "
-                            "(enabled namespace, node) index",
+                        _node_reused_issue(
+                            namespace_id, replica_idx, len(indices), self.node_ids[position]
                         )
                     )
                 # GitLab exhausts the *new* node of a second-or-later index (10.1).
@@ -946,14 +940,11 @@ class _Run:
                         )
                         if position == first_pos:
                             ns_plan.errors.append(
-                                PlanIssue(
+                                _node_reused_issue(
                                     ns_plan.namespace_id,
                                     replica_idx,
-                                    NODE_REUSED_IN_NAMESPACE,
-                                    f"Index {len(indices)} of replica {replica_idx} is planned "
-                                    f"on node {self.node_ids[position]}, which already holds "
-                                    "index 0 of this replica; provisioning would violate the "
-                                    "unique (enabled namespace, node) index",
+                                    len(indices),
+                                    self.node_ids[position],
                                 )
                             )
                         exhausted.add(position)
@@ -1485,6 +1476,18 @@ def _bounds(
     else:
         lower = max(demand / total, largest / biggest)
     return bounds_entry(lower, utilization)
+
+
+def _node_reused_issue(namespace_id: int, replica_idx: int, index_number: int, node_id: int):
+    """GitLab's 10.1 collision: a later index planned on the node of the replica's first."""
+    return PlanIssue(
+        namespace_id,
+        replica_idx,
+        NODE_REUSED_IN_NAMESPACE,
+        f"Index {index_number} of replica {replica_idx} is planned on node {node_id}, which "
+        "already holds index 0 of this replica; provisioning would violate the unique "
+        "(enabled namespace, node) index",
+    )
 
 
 class _Exhausted:
