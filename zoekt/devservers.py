@@ -242,7 +242,7 @@ def cmd_demo(env: dict[str, str]) -> int:
     return cmd_run(
         env,
         procfile=ROOT / "Procfile.demo",
-        extra_steps=([sys.executable, "manage.py", "zoekt_demo_seed"],),
+        extra_steps=([sys.executable, "manage.py", "zoekt_demo_seed", "--kick-scheduling", "10"],),
         url="dashboard at http://127.0.0.1:8000/admin/dashboard/",
     )
 

@@ -9,7 +9,10 @@ repository sizes. Ids start at ``--id-base`` so they stay clear of other rows.
 After seeding it runs one rollout at once (the beat's runs every 10 min) and,
 unless ``--no-enqueue``, enqueues more a little later for nodes that
 register after this command (the fake nodes of ``make demo`` start with the
-web server).
+web server). ``--kick-scheduling 10`` (used by ``make demo``) also enqueues a
+scheduling run every 10 s for the first minutes: the beat's run once a
+minute and each starts at most one pending index per node (GitLab's limit),
+so without it a demo takes many minutes to converge.
 """
 
 from __future__ import annotations
@@ -121,12 +124,22 @@ class Command(BaseCommand):
             "--no-rollout", action="store_true", help="do not run a rollout after seeding"
         )
         parser.add_argument(
+            "--kick-scheduling",
+            type=float,
+            default=0.0,
+            metavar="SECONDS",
+            help="demo speed-up: also enqueue a scheduling run every SECONDS for --kick-for "
+            "seconds (the beat's runs are a minute apart and start one index per node each)",
+        )
+        parser.add_argument("--kick-for", type=float, default=180.0, metavar="SECONDS")
+        parser.add_argument(
             "--no-enqueue",
             action="store_true",
             help="do not enqueue delayed rollouts for nodes that register later",
         )
 
     def handle(self, *args, groups, projects, seed, id_base, no_rollout, no_enqueue, **options):
+        kick_every, kick_for = options["kick_scheduling"], options["kick_for"]
         storages = operator_actions.known_repository_storages()
         namespaces, project_rows, statistics = build_catalog(
             groups=groups,
@@ -174,3 +187,13 @@ class Command(BaseCommand):
             for countdown in (20, 45, 90):
                 rollout_task.apply_async(countdown=countdown)
             self.stdout.write("rollouts enqueued in 20 s, 45 s and 90 s for nodes registering now")
+            if kick_every > 0:
+                from zoekt.scheduling.tasks import scheduling_task
+
+                countdowns = [kick_every * i for i in range(1, int(kick_for // kick_every) + 1)]
+                for countdown in countdowns:
+                    scheduling_task.apply_async(countdown=countdown, expires=countdown + 60)
+                self.stdout.write(
+                    f"scheduling runs enqueued every {kick_every:g} s for {kick_for:g} s "
+                    f"({len(countdowns)} runs; the beat's continue every minute)"
+                )
