@@ -168,10 +168,14 @@ class _FirstFit:
     def unblock(self, position: int) -> None:
         self._set(position, self.values[position])
 
+    def current(self, position: int) -> int:
+        """The node's key now (the tree may hold a stale, higher one)."""
+        return self.values[position]
+
     def find(self, need: int) -> int | None:
         tree = self.tree
-        values = self.values
         size = self.size
+        current = self.current
         while True:
             if tree[1] < need:
                 return None
@@ -181,7 +185,7 @@ class _FirstFit:
                 if tree[i] < need:
                     i += 1
             position = i - size
-            actual = values[position]
+            actual = current(position)
             if actual >= need:
                 return position
             self._set(position, actual)
@@ -227,23 +231,7 @@ class _FitBoth(_FirstFit):
     def unblock(self, position: int) -> None:
         self._set(position, self.key(position))
 
-    def find(self, need: int) -> int | None:
-        tree = self.tree
-        size = self.size
-        key = self.key
-        while True:
-            if tree[1] < need:
-                return None
-            i = 1
-            while i < size:
-                i <<= 1
-                if tree[i] < need:
-                    i += 1
-            position = i - size
-            actual = key(position)
-            if actual >= need:
-                return position
-            self._set(position, actual)
+    current = key
 
 
 class _Projects:
