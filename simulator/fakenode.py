@@ -196,6 +196,11 @@ class FakeNodeConfig:
     namespace_memory: NamespaceMemoryModel | None = None
     request_timeout: float = 10.0
     log: Callable[[dict], None] | None = None
+    # Where requests go: None is HTTP to ``base_url``. A replay passes an object with
+    # ``post_json(path, body, headers) -> (status, parsed body)`` and ``close()`` that calls
+    # the application in the same process (``simulator.replay``); it raises
+    # ``TransportError`` when no response came.
+    transport: Any = None
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.success_rate <= 1.0:
@@ -389,7 +394,7 @@ class FakeNode:
     def __init__(self, config: FakeNodeConfig) -> None:
         self.config = config
         self._secret = config.resolved_secret()
-        self._http = _Transport(config.base_url, config.request_timeout)
+        self._http = config.transport or _Transport(config.base_url, config.request_timeout)
         self._rng = random.Random(config.seed)
         self._lock = threading.RLock()
         self._uuid: uuidlib.UUID | None = None
