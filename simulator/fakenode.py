@@ -909,7 +909,46 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--per-shard-rss-mib", type=float, default=2.0, help="memory model")
     parser.add_argument("--zipf-s", type=float, default=1.0, help="memory model: Zipf exponent")
+    parser.add_argument(
+        "--hotness-scale",
+        type=float,
+        default=1.0,
+        help="memory model: resident bytes per index byte, averaged over the Zipf ranks",
+    )
+    parser.add_argument(
+        "--index-sizes",
+        metavar="FILE",
+        default=None,
+        help="JSON object repo id -> index bytes; repositories not in it get the default size",
+    )
     return parser
+
+
+def load_index_sizes(path: str | Path) -> Callable[[int], int]:
+    """An ``index_size`` for ``FakeNodeConfig`` from a JSON object ``{"<repo id>": bytes}``.
+
+    A repository the file does not name gets ``default_index_size``.
+    """
+    try:
+        raw = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"cannot read index sizes from {path}: {exc}") from None
+    if not isinstance(raw, dict):
+        raise ValueError(f"{path} must hold a JSON object of repo id -> bytes")
+    sizes: dict[int, int] = {}
+    for key, value in raw.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ValueError(f"{path}: the size of repo {key!r} must be a whole number >= 0")
+        try:
+            sizes[int(key)] = value
+        except ValueError:
+            raise ValueError(f"{path}: {key!r} is not a repo id") from None
+
+    def index_size(repo_id: int) -> int:
+        size = sizes.get(repo_id)
+        return default_index_size(repo_id) if size is None else size
+
+    return index_size
 
 
 def configs_from_args(args: argparse.Namespace, log: Callable[[dict], None] | None) -> list:
@@ -919,6 +958,9 @@ def configs_from_args(args: argparse.Namespace, log: Callable[[dict], None] | No
     secret = read_secret(args.secret_file)
     free_delay = getattr(args, "disk_free_delay", None)
     memory_limit = getattr(args, "memory_limit_gib", None)
+    sizes_file = getattr(args, "index_sizes", None)
+    index_size = default_index_size if sizes_file is None else load_index_sizes(sizes_file)
+    hotness = ZipfHotness(s=args.zipf_s, seed=args.seed, scale=getattr(args, "hotness_scale", 1.0))
     configs = []
     for i in range(args.first_index, args.first_index + args.count):
         name = f"{args.name_prefix}-{i}"
@@ -938,13 +980,14 @@ def configs_from_args(args: argparse.Namespace, log: Callable[[dict], None] | No
                 task_delay=delay,
                 success_rate=args.success_rate,
                 seed=args.seed + i,
+                index_size=index_size,
                 log=log,
                 disk_model=None if free_delay is None else DiskModel(free_delay=free_delay),
                 namespace_memory=None
                 if memory_limit is None
                 else NamespaceMemoryModel(
                     per_shard_base_bytes=int(args.per_shard_rss_mib * MIB),
-                    hotness=ZipfHotness(s=args.zipf_s, seed=args.seed),
+                    hotness=hotness,
                     memory_limit_bytes=int(memory_limit * GIB),
                 ),
             )

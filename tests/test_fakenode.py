@@ -697,3 +697,78 @@ def test_cli_runs_n_nodes_and_logs_json_lines(stub, tmp_path, capsys):
         uuid.UUID((tmp_path / "nodes" / f"{name}.uuid").read_text().strip())
     names = {r["body"]["node.name"] for r in stub.heartbeats()}
     assert names == {"zoekt-0", "zoekt-1", "zoekt-2"}
+
+
+def cli_configs(tmp_path, *extra: str) -> list[FakeNodeConfig]:
+    secret_file = tmp_path / "secret"
+    secret_file.write_text(SECRET + "\n")
+    argv = ["--url", "http://127.0.0.1:9", "--secret-file", str(secret_file), *extra]
+    return fakenode.configs_from_args(fakenode.build_parser().parse_args(argv), None)
+
+
+def test_cli_index_sizes_file_sets_the_index_size_of_every_node(tmp_path):
+    sizes = tmp_path / "sizes.json"
+    sizes.write_text(json.dumps({"101": 5 * fakenode.GIB, "102": 0}))
+    configs = cli_configs(tmp_path, "--count", "2", "--index-sizes", str(sizes))
+    assert len(configs) == 2
+    for config in configs:
+        assert config.index_size(101) == 5 * fakenode.GIB
+        assert config.index_size(102) == 0
+        # a repository the file does not name keeps the default size
+        assert config.index_size(103) == fakenode.default_index_size(103)
+    # without the option: the default for every repository
+    (plain,) = cli_configs(tmp_path)
+    assert plain.index_size(101) == fakenode.default_index_size(101)
+
+
+def test_cli_index_sizes_reach_the_callback_and_disk(tmp_path, stub):
+    sizes = tmp_path / "sizes.json"
+    sizes.write_text(json.dumps({"7": 3 * fakenode.GIB}))
+    (config,) = cli_configs(tmp_path, "--index-sizes", str(sizes), "--delay", "0")
+    config.base_url = stub.url
+    config.state_dir = tmp_path / "nodes"
+    stub.replies = [reply(index_task(1, 7))]
+    result = FakeNode(config).step()
+    (callback,) = result.callbacks
+    assert callback.body["additional_payload"]["repo_stats"]["size_in_bytes"] == 3 * fakenode.GIB
+
+
+@pytest.mark.parametrize(
+    "content",
+    ['["not", "an", "object"]', '{"7": -1}', '{"7": "big"}', '{"seven": 1}', "{broken"],
+)
+def test_cli_index_sizes_refuses_a_bad_file(tmp_path, content):
+    sizes = tmp_path / "sizes.json"
+    sizes.write_text(content)
+    with pytest.raises(ValueError, match=r"sizes\.json"):
+        cli_configs(tmp_path, "--index-sizes", str(sizes))
+
+
+def test_cli_hotness_scale_and_zipf_exponent_reach_the_memory_model(tmp_path):
+    configs = cli_configs(
+        tmp_path,
+        "--count",
+        "2",
+        "--memory-limit-gib",
+        "2",
+        "--zipf-s",
+        "0.4",
+        "--hotness-scale",
+        "0.2",
+        "--seed",
+        "3",
+    )
+    models = [config.namespace_memory for config in configs]
+    for model in models:
+        assert model.memory_limit_bytes == 2 * fakenode.GIB
+        assert model.hotness.scale == 0.2
+        assert model.hotness.s == 0.4
+    # one hotness for the fleet: a namespace is as hot on every node
+    assert models[0].hotness(900_001) == models[1].hotness(900_001)
+    # the factors average the scale over the Zipf ranks
+    hotness = models[0].hotness
+    ids = range(100_000)
+    assert sum(hotness(ns) for ns in ids) / len(ids) == pytest.approx(0.2, rel=0.05)
+    # without --hotness-scale the factors average 1
+    (default,) = cli_configs(tmp_path, "--memory-limit-gib", "2")
+    assert default.namespace_memory.hotness.scale == 1.0
