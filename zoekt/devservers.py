@@ -237,12 +237,17 @@ def cmd_run(
     return 0 if INTERRUPTED["flag"] else code
 
 
+# Written by the seed, read by the fake nodes of Procfile.demo (relative to ROOT).
+DEMO_INDEX_SIZES = "var/demo_index_sizes.json"
+
+
 def cmd_demo(env: dict[str, str]) -> int:
-    """``make run`` plus demo data, an immediate rollout and five fake nodes."""
+    """``make run`` plus demo data, five fake nodes and the demo driver (``Procfile.demo``)."""
+    seed = [sys.executable, "manage.py", "zoekt_demo_seed", "--no-rollout"]
     return cmd_run(
         env,
         procfile=ROOT / "Procfile.demo",
-        extra_steps=([sys.executable, "manage.py", "zoekt_demo_seed", "--kick-scheduling", "10"],),
+        extra_steps=([*seed, "--index-sizes-file", DEMO_INDEX_SIZES],),
         url="dashboard at http://127.0.0.1:8000/admin/dashboard/",
     )
 

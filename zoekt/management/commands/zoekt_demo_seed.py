@@ -1,4 +1,4 @@
-"""Seed GitLab-like demo data, enable it for Zoekt, and start a rollout (``make demo``).
+"""Seed GitLab-like demo data, enable it for Zoekt, and (unless told not to) roll out.
 
 Idempotent: the catalog is written with the bulk upsert (a second run
 creates no row), enabling a root group finds its enabled namespace, and the
@@ -6,19 +6,25 @@ settings are saved only when they change. The data is fixed by ``--seed``:
 root groups with subgroups, projects spread over them with log-normal
 repository sizes. Ids start at ``--id-base`` so they stay clear of other rows.
 
-After seeding it runs one rollout at once (the beat's runs every 10 min) and,
-unless ``--no-enqueue``, enqueues more a little later for nodes that
-register after this command (the fake nodes of ``make demo`` start with the
-web server). ``--kick-scheduling 10`` (used by ``make demo``) also enqueues a
-scheduling run every 10 s for the first minutes: the beat's run once a
-minute and each starts at most one pending index per node (GitLab's limit),
-so without it a demo takes many minutes to converge.
+Memory-aware planning is switched on by setting
+``zoekt_node_memory_budget_bytes`` to ``--memory-budget-gib`` when the
+setting is unset (a value already set is left alone; ``0`` skips it).
+``--index-sizes-file PATH`` writes, for the fake nodes' ``--index-sizes``,
+each project's index size: its ``repository_size`` times a factor drawn
+from 0.6 to 1.4 (fixed by ``--seed``).
+
+Then it runs one rollout, for nodes that are already online. ``make demo``
+passes ``--no-rollout``: its nodes start after this command, and
+``manage.py zoekt_demo_drive`` rolls out once they are online.
 """
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import random
+from pathlib import Path
 
 from django.core.management.base import BaseCommand
 
@@ -26,6 +32,11 @@ from zoekt import app_settings, operator_actions
 from zoekt.models import EnabledNamespace
 
 MIB = 1024**2
+GIB = 1024**3
+
+# The demo's per-node memory budget: about 1.25 × the catalog's memory estimate
+# (≈ 8.1 GiB with the default catalog) over five nodes, rounded (README, "Demo").
+DEMO_MEMORY_BUDGET_GIB = 2.0
 
 
 def build_catalog(
@@ -112,8 +123,31 @@ def namespaces_root(namespaces: list[dict], g: int) -> int:
     return roots[g % len(roots)]
 
 
+def index_sizes(statistics: list[dict], seed: int) -> dict[int, int]:
+    """Project id → index bytes: ``repository_size`` × a factor in [0.6, 1.4], fixed by ``seed``."""
+    rng = random.Random(f"index-sizes-{seed}")
+    return {
+        row["project_id"]: int(row["repository_size"] * rng.uniform(0.6, 1.4)) for row in statistics
+    }
+
+
+def write_index_sizes(path: Path, sizes: dict[int, int]) -> None:
+    """``{"<project id>": bytes, ...}``, replaced atomically (the nodes may be reading it)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.write_text(json.dumps({str(key): value for key, value in sorted(sizes.items())}))
+    os.replace(temporary, path)
+
+
+def format_gib(value: int) -> str:
+    return f"{value / GIB:g} GiB"
+
+
 class Command(BaseCommand):
-    help = "Seed demo groups and projects, enable them for Zoekt, turn indexing on, roll out."
+    help = (
+        "Seed demo groups and projects, enable them for Zoekt, turn indexing on and "
+        "memory-aware planning on, roll out."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("--groups", type=int, default=40)
@@ -121,25 +155,25 @@ class Command(BaseCommand):
         parser.add_argument("--seed", type=int, default=42)
         parser.add_argument("--id-base", type=int, default=900_000)
         parser.add_argument(
+            "--memory-budget-gib",
+            type=float,
+            default=DEMO_MEMORY_BUDGET_GIB,
+            metavar="GIB",
+            help="set zoekt_node_memory_budget_bytes to this when it is unset, so "
+            f"memory-aware planning is on (default {DEMO_MEMORY_BUDGET_GIB:g}; 0: leave it unset)",
+        )
+        parser.add_argument(
+            "--index-sizes-file",
+            default=None,
+            metavar="PATH",
+            help="write each project's index size (JSON, project id → bytes) for the fake "
+            "nodes' --index-sizes",
+        )
+        parser.add_argument(
             "--no-rollout", action="store_true", help="do not run a rollout after seeding"
         )
-        parser.add_argument(
-            "--kick-scheduling",
-            type=float,
-            default=0.0,
-            metavar="SECONDS",
-            help="demo speed-up: also enqueue a scheduling run every SECONDS for --kick-for "
-            "seconds (the beat's runs are a minute apart and start one index per node each)",
-        )
-        parser.add_argument("--kick-for", type=float, default=180.0, metavar="SECONDS")
-        parser.add_argument(
-            "--no-enqueue",
-            action="store_true",
-            help="do not enqueue delayed rollouts for nodes that register later",
-        )
 
-    def handle(self, *args, groups, projects, seed, id_base, no_rollout, no_enqueue, **options):
-        kick_every, kick_for = options["kick_scheduling"], options["kick_for"]
+    def handle(self, *args, groups, projects, seed, id_base, no_rollout, **options):
         storages = operator_actions.known_repository_storages()
         namespaces, project_rows, statistics = build_catalog(
             groups=groups,
@@ -174,7 +208,17 @@ class Command(BaseCommand):
             self.stdout.write("settings: zoekt_indexing_enabled and zoekt_search_enabled turned on")
         else:
             self.stdout.write("settings: indexing and search were on already")
+        self.set_memory_budget(row, options["memory_budget_gib"], statistics)
         app_settings.invalidate()
+
+        if options["index_sizes_file"]:
+            path = Path(options["index_sizes_file"])
+            sizes = index_sizes(statistics, seed)
+            write_index_sizes(path, sizes)
+            self.stdout.write(
+                f"index sizes: {len(sizes)} projects, {format_gib(sum(sizes.values()))} in all, "
+                f"written to {path}"
+            )
 
         if no_rollout:
             return
@@ -182,18 +226,30 @@ class Command(BaseCommand):
 
         summary = rollout_task()
         self.stdout.write(f"rollout now: {summary}")
-        if not no_enqueue:
-            # Nodes starting alongside the web server register within seconds.
-            for countdown in (20, 45, 90):
-                rollout_task.apply_async(countdown=countdown)
-            self.stdout.write("rollouts enqueued in 20 s, 45 s and 90 s for nodes registering now")
-            if kick_every > 0:
-                from zoekt.scheduling.tasks import scheduling_task
 
-                countdowns = [kick_every * i for i in range(1, int(kick_for // kick_every) + 1)]
-                for countdown in countdowns:
-                    scheduling_task.apply_async(countdown=countdown, expires=countdown + 60)
-                self.stdout.write(
-                    f"scheduling runs enqueued every {kick_every:g} s for {kick_for:g} s "
-                    f"({len(countdowns)} runs; the beat's continue every minute)"
-                )
+    def set_memory_budget(self, row, budget_gib: float, statistics: list[dict]) -> None:
+        ratio = row.zoekt_memory_ratio
+        estimate = math.ceil(sum(item["repository_size"] for item in statistics) * ratio)
+        figures = (
+            f"the catalog's estimate is {format_gib(estimate)} "
+            f"(repository sizes × memory_ratio {ratio:g})"
+        )
+        current = row.zoekt_node_memory_budget_bytes
+        if current is not None:
+            self.stdout.write(
+                f"settings: zoekt_node_memory_budget_bytes was set already "
+                f"({format_gib(current)}), left as it is; {figures}"
+            )
+            return
+        if budget_gib <= 0:
+            self.stdout.write(
+                f"settings: zoekt_node_memory_budget_bytes left unset (memory planning off); "
+                f"{figures}"
+            )
+            return
+        row.zoekt_node_memory_budget_bytes = int(budget_gib * GIB)
+        row.save()
+        self.stdout.write(
+            f"settings: zoekt_node_memory_budget_bytes set to {format_gib(int(budget_gib * GIB))} "
+            f"(memory-aware planning on); {figures}"
+        )
