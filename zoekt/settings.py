@@ -105,7 +105,10 @@ CACHES = {
     "default": {
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
         "LOCATION": redis_url_with_db(REDIS_URL, int(os.environ.get("REDIS_CACHE_DB", "1"))),
-        "KEY_PREFIX": os.environ.get("REDIS_KEY_PREFIX", "zoekt"),
+        # Keyed by database by default: two control planes sharing a Redis server (a demo
+        # beside a test run, staging beside production) never read each other's settings.
+        "KEY_PREFIX": os.environ.get("REDIS_KEY_PREFIX")
+        or f"zoekt:{DATABASES['default'].get('NAME') or 'default'}",
         "TIMEOUT": 300,
     }
 }

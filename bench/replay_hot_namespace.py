@@ -1,0 +1,249 @@
+"""Replay: the seed's hot-namespace cluster, placed by disk only and memory-aware.
+
+Run it with ``python -m zoekt.devservers exec -- .venv/bin/python
+bench/replay_hot_namespace.py`` (or with ``DATABASE_URL`` and ``REDIS_URL``
+set); it uses the scratch database ``<name>_replay_hot``. Everything runs
+through ``simulator.replay``: the real API, planner, scheduling and
+database, fake nodes and a simulated clock.
+
+The cluster is the one of the memory issue (two nodes, round figures):
+
+* two nodes of 1 TiB disk, each reporting a webserver memory limit of
+  96 GiB;
+* 60 small root groups (about 20 GiB of repositories, 1,000 projects),
+  enabled first; once they are ready, one hot group of 400 projects and
+  about 91 GiB of repositories (the projects of
+  ``tests/planner/data/seed_reported_cluster.json``) is enabled;
+* a repository's index takes 3 × its repository size on disk (GitLab's
+  planning buffer factor), so the hot group takes about 27 % of a node;
+* webserver RSS (``NamespaceMemoryModel``): 2 MiB per shard loaded plus the
+  index bytes held × the namespace's memory factor: 0.49 for the hot group
+  (the ~49 % resident-to-disk ratio observed in the escalation), 0.125 for
+  the small ones (GitLab's sizing rule of thumb, 32 GiB per 256 GB of index;
+  it puts them at about 5 GiB per node, as in the escalation).
+
+It runs the same timeline twice from an empty database: **disk-only**
+(``zoekt_node_memory_budget_bytes`` unset: GitLab's planner) and
+**memory-aware** (the budget set to 96 GiB per node and ``memory_ratio``
+1.5, the ratio the hot group shows per repository byte). It prints, per run
+and node, the indices held, disk used, the RSS the simulator observes and
+the control plane's memory estimate, and the max/min ratio of observed RSS
+between the nodes; it writes a PNG chart of per-node disk and RSS over
+simulated time (``--chart``, default ``docs/replays/hot_namespace.png``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.replays import GIB, ROOT, clock_text, plot_runs, reset_database, setup_django
+
+TIB = 1024 * GIB
+MIB = 1024**2
+SEED_SCENARIO = ROOT / "tests" / "planner" / "data" / "seed_reported_cluster.json"
+HOT_ROOT = 500_000
+SMALL_ROOT_BASE = 600_000
+BUFFER = 3
+HOT_FACTOR = 0.49
+SMALL_FACTOR = 0.125
+BUDGET = 96 * GIB
+MEMORY_RATIO = 1.5
+NODES = ("zoekt-0", "zoekt-1")
+
+
+def build_catalog(seed: int) -> tuple[dict[int, str], list[tuple[int, int, int]]]:
+    """Root groups (id → path) and projects (id, root, repository size) of the cluster."""
+    scenario = json.loads(SEED_SCENARIO.read_text())
+    hot_projects = scenario["namespaces"][0]["projects"]
+    roots = {HOT_ROOT: "hot-group"}
+    projects = [(100_000 + p["project_id"], HOT_ROOT, p["repository_size"]) for p in hot_projects]
+    rng = random.Random(seed)
+    project_id = 200_000
+    for k in range(60):
+        root = SMALL_ROOT_BASE + k
+        roots[root] = f"small-group-{k:02d}"
+        for _ in range(rng.randint(10, 24)):
+            project_id += 1
+            size = int(min(rng.lognormvariate(math.log(12 * MIB), 1.0), 2 * GIB))
+            projects.append((project_id, root, size))
+    return roots, projects
+
+
+def run_once(label: str, *, memory_aware: bool, seed: int, tick: float, quiet: bool):
+    from simulator.replay import Replay, catalog_rows, fleet_state
+
+    roots, projects = build_catalog(seed)
+    sizes = {project_id: size * BUFFER for project_id, _, size in projects}
+    hotness = {root: SMALL_FACTOR for root in roots}
+    hotness[HOT_ROOT] = HOT_FACTOR
+    small = [root for root in roots if root != HOT_ROOT]
+    reset_database()
+    started = time.perf_counter()
+    with Replay(
+        index_size=lambda repo_id: sizes.get(repo_id, MIB),
+        hotness=hotness,
+        tick_seconds=tick,
+        traffic={},
+        seed=seed,
+    ) as replay:
+        replay.settings(
+            zoekt_indexing_enabled=True,
+            zoekt_search_enabled=True,
+            zoekt_node_memory_budget_bytes=BUDGET if memory_aware else None,
+            zoekt_memory_ratio=MEMORY_RATIO,
+        )
+        replay.load_catalog(*catalog_rows(roots, projects))
+        for name in NODES:
+            replay.add_node(name, disk_total_bytes=TIB, memory_limit_bytes=BUDGET)
+
+        def progress(r: Replay) -> None:
+            if not quiet and int(r.t) % 1800 == 0:
+                state = fleet_state()
+                print(
+                    f"  [{label}] {clock_text(r.t):>13}  namespaces short "
+                    f"{state['namespaces_short']}/{state['namespaces']}  indices ready "
+                    f"{state['indices_ready']}/{state['indices']}",
+                    file=sys.stderr,
+                )
+
+        replay.enable(small, label="small groups enabled")
+        small_ready = replay.run(4 * 3600, until=lambda r: r.converged(), progress=progress)
+        small_at = replay.t
+        replay.run(600, progress=progress)  # steady for ten minutes
+        hot_enabled_at = replay.t
+        replay.enable([HOT_ROOT], label="hot group enabled")
+        hot_ready = replay.run(6 * 3600, until=lambda r: r.converged(), progress=progress)
+        hot_at = replay.t
+        replay.run(1800, progress=progress)  # and half an hour of steady state
+        report = node_report(replay)
+        wall = time.perf_counter() - started
+    return replay, {
+        "label": label,
+        "small_ready": small_ready,
+        "small_ready_after_s": small_at,
+        "hot_ready": hot_ready,
+        "hot_ready_after_s": hot_at - hot_enabled_at,
+        "simulated_s": replay.t,
+        "wall_s": wall,
+        "nodes": report,
+    }
+
+
+def node_report(replay) -> list[dict]:
+    from django.db.models import Count
+
+    from zoekt.memory import node_memory_report
+    from zoekt.models import Index
+
+    by_id = {row.node_id: row for row in node_memory_report()}
+    indices = dict(
+        Index.objects.values_list("zoekt_node_id")
+        .annotate(n=Count("id"))
+        .values_list("zoekt_node_id", "n")
+    )
+    hot_indices = dict(
+        Index.objects.filter(namespace_id=HOT_ROOT)
+        .values_list("zoekt_node_id")
+        .annotate(n=Count("id"))
+        .values_list("zoekt_node_id", "n")
+    )
+    out = []
+    last = replay.samples[-1]
+    for name, node in replay.nodes.items():
+        memory = by_id.get(node.fake.node_id)
+        sample = last.nodes[name]
+        out.append(
+            {
+                "node": name,
+                "indices": indices.get(node.fake.node_id, 0),
+                "hot_indices": hot_indices.get(node.fake.node_id, 0),
+                "disk_used_bytes": sample.disk_used_bytes,
+                "disk_percent": 100 * sample.disk_used_bytes / node.fake.config.disk_total_bytes,
+                "rss_bytes": sample.rss_bytes,
+                "estimated_memory_bytes": memory.estimated_memory_bytes if memory else None,
+            }
+        )
+    return out
+
+
+def ratio(values: list[float]) -> float:
+    low = min(values)
+    return math.inf if low <= 0 else max(values) / low
+
+
+def print_table(results: list[dict]) -> None:
+    print()
+    print("Hot-namespace replay: 2 nodes × 1 TiB disk, memory limit 96 GiB each;")
+    print("60 small groups enabled first, then one hot group (~91 GiB of repositories).")
+    print()
+    header = (
+        f"{'placement':<13} {'node':<8} {'indices':>7} {'hot':>4} {'disk used':>14} "
+        f"{'RSS observed':>13} {'estimate':>10}"
+    )
+    print(header)
+    print("-" * len(header))
+    for result in results:
+        for row in result["nodes"]:
+            estimate = row["estimated_memory_bytes"]
+            print(
+                f"{result['label']:<13} {row['node']:<8} {row['indices']:>7} "
+                f"{row['hot_indices']:>4} "
+                f"{row['disk_used_bytes'] / GIB:>7.1f} GiB {row['disk_percent']:>3.0f}% "
+                f"{row['rss_bytes'] / GIB:>9.1f} GiB "
+                f"{'-' if estimate is None else f'{estimate / GIB:.1f} GiB':>10}"
+            )
+    print()
+    print(f"{'placement':<13} {'RSS max/min':>11} {'hot group ready after':>22} {'wall':>7}")
+    for result in results:
+        rss = [row["rss_bytes"] for row in result["nodes"]]
+        result["rss_max_over_min"] = ratio(rss)
+        ready = clock_text(result["hot_ready_after_s"]) if result["hot_ready"] else "not ready"
+        print(
+            f"{result['label']:<13} {result['rss_max_over_min']:>10.2f}× {ready:>22} "
+            f"{result['wall_s']:>6.0f}s"
+        )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--tick", type=float, default=20.0, help="simulated seconds per tick")
+    parser.add_argument(
+        "--chart", type=Path, default=ROOT / "docs" / "replays" / "hot_namespace.png"
+    )
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--quiet", action="store_true", help="no progress lines")
+    args = parser.parse_args()
+
+    setup_django("replay_hot")
+    runs, results = [], []
+    for label, memory_aware in (("disk-only", False), ("memory-aware", True)):
+        print(f"run: {label}", file=sys.stderr)
+        replay, result = run_once(
+            label, memory_aware=memory_aware, seed=args.seed, tick=args.tick, quiet=args.quiet
+        )
+        runs.append((label, replay))
+        results.append(result)
+    print_table(results)
+    plot_runs(
+        runs,
+        args.chart,
+        title="Hot-namespace replay: per-node disk and webserver RSS",
+        memory_line=(BUDGET / GIB, "memory limit 96 GiB"),
+    )
+    print(f"\nchart: {args.chart}")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,179 @@
+"""What the replays (``bench/replay_*.py``) share: a scratch database and the charts."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+GIB = 1024**3
+
+
+def setup_django(suffix: str) -> str:
+    """Point Django at a fresh scratch database ``<DATABASE_URL name>_<suffix>``, migrated.
+
+    Returns the database name. Logs below WARNING are not shown (a replay
+    runs thousands of jobs).
+    """
+    from bench.heartbeat import recreate_database
+
+    parts = urlsplit(os.environ["DATABASE_URL"])
+    name = parts.path.lstrip("/") + f"_{suffix}"
+    url = urlunsplit(parts._replace(path=f"/{name}"))
+    print(f"scratch database {name}", file=sys.stderr)
+    recreate_database(url, name)
+    os.environ["DATABASE_URL"] = url
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "zoekt.settings")
+    os.environ.setdefault("LOG_LEVEL", "WARNING")
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    clear_cache()
+    return name
+
+
+def clear_cache() -> None:
+    """Drop this replay's cache keys (its prefix), not the whole Redis database."""
+    import redis
+    from django.conf import settings
+
+    from zoekt import app_settings
+
+    config = settings.CACHES["default"]
+    client = redis.Redis.from_url(config["LOCATION"])
+    for key in client.scan_iter(match=f"{config['KEY_PREFIX']}:*", count=1000):
+        client.delete(key)
+    app_settings.invalidate()
+
+
+def reset_database() -> None:
+    """Empty every table of the scratch database between two runs of one replay."""
+    from django.core.management import call_command
+
+    call_command("flush", verbosity=0, interactive=False)
+    clear_cache()
+
+
+def hours(seconds: float) -> float:
+    return seconds / 3600
+
+
+def clock_text(seconds: float | None) -> str:
+    """``1 h 05 min`` / ``12 min 20 s``; ``-`` for None."""
+    if seconds is None:
+        return "-"
+    seconds = round(seconds)
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    if h:
+        return f"{h} h {m:02d} min"
+    if m:
+        return f"{m} min {s:02d} s"
+    return f"{s} s"
+
+
+def node_series(samples: Sequence, name: str, field: str) -> list[float | None]:
+    """One node's ``field`` over the samples, in GiB; None while the node is down."""
+    out: list[float | None] = []
+    for sample in samples:
+        node = sample.nodes.get(name)
+        if node is None or not node.alive:
+            out.append(None)
+        else:
+            out.append(getattr(node, field) / GIB)
+    return out
+
+
+def plot_runs(
+    runs: Sequence[tuple[str, object]],
+    path: Path,
+    *,
+    title: str,
+    memory_line: tuple[float, str] | None = None,
+    dark_per_minute: bool = False,
+) -> None:
+    """One column per run: per-node disk used and webserver RSS over simulated hours.
+
+    ``runs`` holds (label, replay); rows share their y axis so the columns
+    compare at a glance. ``memory_line`` draws a level (GiB, label) on the
+    RSS row; with ``dark_per_minute`` a third row shows the dark searches of
+    each traffic sample. The replay's events are vertical lines, named on top.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = 3 if dark_per_minute else 2
+    fig, axes = plt.subplots(
+        rows,
+        len(runs),
+        figsize=(5.2 * len(runs), 2.9 * rows),
+        sharex="col",
+        sharey="row",
+        squeeze=False,
+    )
+    for column, (label, replay) in enumerate(runs):
+        samples = replay.samples
+        t = [hours(sample.t) for sample in samples]
+        names = list(replay.nodes)
+        for row, (field, ylabel) in enumerate(
+            (("disk_used_bytes", "disk used, GiB"), ("rss_bytes", "webserver RSS, GiB"))
+        ):
+            ax = axes[row][column]
+            for name in names:
+                ax.plot(t, node_series(samples, name, field), label=name, linewidth=1.4)
+            if field == "rss_bytes" and memory_line:
+                level, text = memory_line
+                ax.axhline(level, color="grey", linestyle="--", linewidth=0.8)
+                ax.annotate(
+                    text,
+                    (0, level),
+                    textcoords="offset points",
+                    xytext=(2, 3),
+                    fontsize=7,
+                    color="grey",
+                )
+            ax.set_ylabel(ylabel)
+            ax.grid(alpha=0.3)
+            if row == 0:
+                ax.set_title(label, fontsize=10)
+        for when, text in replay.events:
+            for row in range(rows):
+                axes[row][column].axvline(hours(when), color="#c44", linewidth=0.6, alpha=0.5)
+            top = axes[0][column]
+            top.annotate(
+                text,
+                (hours(when), 1),
+                xycoords=("data", "axes fraction"),
+                xytext=(2, -2),
+                textcoords="offset points",
+                rotation=90,
+                va="top",
+                fontsize=7,
+                color="#a33",
+            )
+        if dark_per_minute:
+            ax = axes[2][column]
+            points = [(hours(s.t), s.dark) for s in samples if s.searches]
+            ax.fill_between(
+                [p[0] for p in points], [p[1] for p in points], step="post", color="#c44"
+            )
+            ax.set_ylabel("dark searches / sample")
+            ax.grid(alpha=0.3)
+        axes[rows - 1][column].set_xlabel("simulated hours")
+        axes[1][column].legend(fontsize=7, loc="upper left")
+    fig.suptitle(title, fontsize=11)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,452 @@
+"""Replays: the whole control plane and a simulated fleet in one process, on a simulated clock.
+
+A replay runs hours of a fleet's life in minutes, with nothing mocked
+between the nodes and the database:
+
+* the fake nodes (``simulator.fakenode``) send their heartbeats and callbacks
+  through Django's request handling in this process (``InProcessTransport``:
+  URL routing, JWT authentication, the API views, PostgreSQL), each with a
+  ``DiskModel`` and a ``NamespaceMemoryModel`` whose clock is the replay's;
+* ``zoekt.clock`` is frozen at the replay's start and stepped by
+  ``tick_seconds`` per tick, so every time-based rule (online and lost
+  thresholds, the heartbeat debounce, webserver staleness) sees simulated
+  time;
+* beat's jobs run at their own periods *in simulated time*: the rollout
+  (600 s), one scheduling pass a minute with every scheduled task, the
+  throttled ones at their GitLab periods (``zoekt.scheduling.service.PERIODS``),
+  the buffer factor and memory calibration hourly. Celery runs eagerly, so
+  the events a job emits run right after it commits;
+* search traffic: every ``traffic_every`` seconds, ``searches_per_sample``
+  searches are drawn over the enabled namespaces in proportion to their
+  traffic weight (``simulator.models.generate_searches``), each answered by
+  the real ``zoekt.search_targets``; a search with no target is dark.
+
+Tasks take no simulated time: a node runs what a heartbeat hands it before
+the next tick. The replay's times are therefore the control plane's own:
+detection, planning, hand-out and state changes.
+
+Needs Django set up against a database the replay may write (a bench's
+scratch database, or a test database with ``transaction=True``).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import tempfile
+from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from simulator.fakenode import GIB, MIB, FakeNode, FakeNodeConfig, TransportError
+from simulator.models import DiskModel, NamespaceMemoryModel, generate_searches
+
+START = datetime(2026, 1, 5, 9, 0, 0, tzinfo=UTC)
+ROLLOUT_PERIOD = 600
+SCHEDULING_PERIOD = 60
+HOURLY = 3600
+
+
+class InProcessTransport:
+    """The fake node's transport, calling the application in this process."""
+
+    def __init__(self) -> None:
+        from django.test import Client
+
+        self._client = Client(SERVER_NAME="127.0.0.1")
+
+    def post_json(self, path: str, body: dict, headers: dict[str, str]) -> tuple[int, Any]:
+        try:
+            response = self._client.post(
+                path, data=json.dumps(body), content_type="application/json", headers=headers
+            )
+        except Exception as exc:  # what a real node would see as a dropped connection
+            raise TransportError(f"{type(exc).__name__}: {exc}") from exc
+        try:
+            parsed: Any = response.json()
+        except ValueError:
+            parsed = response.content.decode(errors="replace")
+        return response.status_code, parsed
+
+    def close(self) -> None:
+        pass
+
+
+@dataclasses.dataclass
+class ReplayNode:
+    name: str
+    fake: FakeNode
+    disk: DiskModel
+    memory: NamespaceMemoryModel
+    alive: bool = True
+    stopped_at: float | None = None
+
+    def rss_bytes(self) -> int:
+        return int(self.fake.process_health()["webserver"]["rss_bytes"])
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeSample:
+    disk_used_bytes: int
+    rss_bytes: int
+    shards_loaded: int
+    alive: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class Sample:
+    t: float  # simulated seconds since the start
+    nodes: dict[str, NodeSample]
+    searches: int = 0
+    dark: int = 0
+
+
+@dataclasses.dataclass
+class Job:
+    """A beat entry in simulated time: ``run`` every ``period`` seconds, the first at 0."""
+
+    name: str
+    period: float
+    run: Callable[[], Any]
+    last: float | None = None
+
+    def due(self, t: float) -> bool:
+        return self.last is None or t - self.last >= self.period - 1e-9
+
+
+def catalog_rows(
+    roots: Mapping[int, str], projects: Iterable[tuple[int, int, int]]
+) -> tuple[list[dict], list[dict], list[dict]]:
+    """Rows for ``do_bulk_upsert_catalog``: root groups by id → path, and projects as
+    ``(project_id, root id, repository_size)`` (each gets a project namespace of its own,
+    id ``10_000_000 + project_id``)."""
+    namespaces = [
+        {
+            "id": root_id,
+            "name": path,
+            "path": path,
+            "type": "Group",
+            "parent_id": None,
+            "visibility_level": 20,
+            "archived": False,
+        }
+        for root_id, path in roots.items()
+    ]
+    project_rows, statistics = [], []
+    for project_id, root_id, size in projects:
+        namespace_id = 10_000_000 + project_id
+        name = f"project-{project_id}"
+        namespaces.append(
+            {
+                "id": namespace_id,
+                "name": name,
+                "path": name,
+                "type": "Project",
+                "parent_id": root_id,
+                "visibility_level": 20,
+                "archived": False,
+            }
+        )
+        project_rows.append(
+            {
+                "id": project_id,
+                "name": name,
+                "path": name,
+                "namespace_id": root_id,
+                "project_namespace_id": namespace_id,
+                "visibility_level": 20,
+                "archived": False,
+                "repository_storage": "default",
+                "repository_access_level": 20,
+                "forked_from_project_id": None,
+            }
+        )
+        statistics.append({"project_id": project_id, "repository_size": size, "storage_size": size})
+    return namespaces, project_rows, statistics
+
+
+class Replay:
+    """A simulated fleet against the real control plane; use as a context manager.
+
+    ``hotness`` maps a root namespace id to its memory factor (resident bytes
+    per index byte held, ``NamespaceMemoryModel``); ``traffic`` maps it to its
+    share of searches. ``index_size`` gives the bytes a repository's index
+    takes on a node (``RepoId`` is the project id).
+    """
+
+    def __init__(
+        self,
+        *,
+        index_size: Callable[[int], int],
+        hotness: Mapping[int, float] | None = None,
+        default_hotness: float = 0.0,
+        traffic: Mapping[int, float] | None = None,
+        tick_seconds: float = 20.0,
+        traffic_every: float = 60.0,
+        searches_per_sample: int = 100,
+        per_shard_base_bytes: int = 2 * MIB,
+        free_delay: float = 300.0,
+        node_concurrency: int = 50,
+        start: datetime = START,
+        seed: int = 0,
+        state_dir: str | Path | None = None,
+    ) -> None:
+        if tick_seconds <= 0:
+            raise ValueError("tick_seconds must be > 0")
+        self.index_size = index_size
+        self.hotness = dict(hotness or {})
+        self.default_hotness = default_hotness
+        self.traffic = dict(traffic or {})
+        self.tick_seconds = float(tick_seconds)
+        self.traffic_every = float(traffic_every)
+        self.searches_per_sample = searches_per_sample
+        self.per_shard_base_bytes = per_shard_base_bytes
+        self.free_delay = free_delay
+        self.node_concurrency = node_concurrency
+        self.start = start
+        self.seed = seed
+        self._state_dir = state_dir
+        self.t = 0.0
+        self.nodes: dict[str, ReplayNode] = {}
+        self.samples: list[Sample] = []
+        self.jobs: list[Job] = []
+        self.events: list[tuple[float, str]] = []
+        self.job_runs: collections.Counter = collections.Counter()
+        self._last_traffic: float | None = None
+        self._stack: list[Any] = []
+
+    # --- set-up -------------------------------------------------------------------------
+
+    def __enter__(self) -> Replay:
+        from django.conf import settings
+
+        from zoekt import clock
+        from zoekt.celery import app as celery_app
+
+        if self._state_dir is None:
+            holder = tempfile.TemporaryDirectory(prefix="zoekt-replay-")
+            self._stack.append(holder)
+            self._state_dir = holder.name
+        frozen = clock.frozen(self.start)
+        frozen.__enter__()
+        self._stack.append(frozen)
+        self._eager = celery_app.conf.task_always_eager
+        celery_app.conf.task_always_eager = True
+        self._hosts = list(settings.ALLOWED_HOSTS)
+        if "127.0.0.1" not in settings.ALLOWED_HOSTS:
+            settings.ALLOWED_HOSTS = [*settings.ALLOWED_HOSTS, "127.0.0.1"]
+        self.jobs = self.beat_jobs()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        from django.conf import settings
+
+        from zoekt.celery import app as celery_app
+
+        celery_app.conf.task_always_eager = self._eager
+        settings.ALLOWED_HOSTS = self._hosts
+        for node in self.nodes.values():
+            node.fake.stop()
+        while self._stack:
+            entry = self._stack.pop()
+            if hasattr(entry, "__exit__"):
+                entry.__exit__(None, None, None)
+            else:
+                entry.cleanup()
+
+    def beat_jobs(self) -> list[Job]:
+        """Beat's entries that shape a fleet, at their production periods."""
+        from planner.tasks import rollout_task
+        from zoekt.scheduling.service import PERIODS, TASKS
+        from zoekt.scheduling.tasks import run_scheduled_task
+        from zoekt.tasks import calibrate_memory_ratio_task, refresh_buffer_factor_task
+
+        jobs = [Job("refresh_buffer_factor", HOURLY, refresh_buffer_factor_task)]
+        # Scheduled tasks run under their lock; the throttle periods are kept here in
+        # simulated time (the production throttle counts real seconds in Redis).
+        for name in TASKS:
+            jobs.append(
+                Job(
+                    name,
+                    PERIODS.get(name, SCHEDULING_PERIOD),
+                    lambda name=name: run_scheduled_task(name, bypass_throttle=True),
+                )
+            )
+        jobs.append(Job("rollout", ROLLOUT_PERIOD, rollout_task))
+        jobs.append(Job("calibrate_memory_ratio", HOURLY, calibrate_memory_ratio_task))
+        return jobs
+
+    def settings(self, **values: Any) -> None:
+        """Set application settings (``zoekt_*`` columns) as an operator would."""
+        from zoekt import app_settings
+
+        row = app_settings.load_row()
+        for name, value in values.items():
+            setattr(row, name, value)
+        row.full_clean()
+        row.save()
+        app_settings.invalidate()
+
+    def load_catalog(self, namespaces: list, projects: list, statistics: list) -> dict:
+        from zoekt import operator_actions
+
+        return operator_actions.do_bulk_upsert_catalog(namespaces, projects, statistics)
+
+    def enable(self, root_ids: Iterable[int], *, search: bool = True, label: str = "") -> None:
+        """Enable root namespaces for indexing (and search), as the admin API does."""
+        from zoekt import operator_actions
+
+        ids = list(root_ids)
+        for root_id in ids:
+            operator_actions.do_enable_namespace(0, root_id, search=search)
+        self.event(label or f"{len(ids)} namespaces enabled")
+
+    def add_node(
+        self,
+        name: str,
+        *,
+        disk_total_bytes: int,
+        disk_base_used_bytes: int = 0,
+        memory_limit_bytes: int | None = None,
+    ) -> ReplayNode:
+        from django.conf import settings
+
+        disk = DiskModel(free_delay=self.free_delay, clock=lambda: self.t)
+        memory = NamespaceMemoryModel(
+            per_shard_base_bytes=self.per_shard_base_bytes,
+            hotness=self.hotness,
+            default_hotness=self.default_hotness,
+            memory_limit_bytes=memory_limit_bytes,
+        )
+        fake = FakeNode(
+            FakeNodeConfig(
+                base_url="http://127.0.0.1",
+                secret=settings.GITLAB_SHELL_SECRETS[0],
+                state_dir=self._state_dir,
+                name=name,
+                disk_total_bytes=disk_total_bytes,
+                disk_base_used_bytes=disk_base_used_bytes,
+                concurrency=self.node_concurrency,
+                seed=self.seed + len(self.nodes),
+                index_size=self.index_size,
+                disk_model=disk,
+                namespace_memory=memory,
+                transport=InProcessTransport(),
+            )
+        )
+        node = ReplayNode(name=name, fake=fake, disk=disk, memory=memory)
+        self.nodes[name] = node
+        return node
+
+    def stop_node(self, name: str) -> None:
+        """The node stops (its process dies): no heartbeat, no callback from now on."""
+        node = self.nodes[name]
+        node.alive = False
+        node.stopped_at = self.t
+        self.event(f"{name} stopped")
+
+    def event(self, text: str) -> None:
+        self.events.append((self.t, text))
+
+    # --- running ------------------------------------------------------------------------
+
+    def tick(self) -> None:
+        """One step of simulated time: the nodes pull, beat's due jobs run, traffic is drawn."""
+        from zoekt import clock
+
+        for node in self.nodes.values():
+            if node.alive:
+                node.fake.step()
+        for job in self.jobs:
+            if job.due(self.t):
+                job.last = self.t
+                job.run()
+                self.job_runs[job.name] += 1
+        searches = dark = 0
+        if self.traffic and (
+            self._last_traffic is None or self.t - self._last_traffic >= self.traffic_every - 1e-9
+        ):
+            self._last_traffic = self.t
+            result = self.draw_searches()
+            searches, dark = result.searches, result.dark
+        self.samples.append(self.sample(searches, dark))
+        self.t += self.tick_seconds
+        clock.advance(self.tick_seconds)
+
+    def run(
+        self,
+        seconds: float,
+        *,
+        until: Callable[[Replay], bool] | None = None,
+        progress: Callable[[Replay], None] | None = None,
+    ) -> bool:
+        """Tick for ``seconds`` of simulated time, or until ``until(replay)`` holds (True then)."""
+        end = self.t + seconds
+        while self.t < end - 1e-9:
+            self.tick()
+            if progress is not None:
+                progress(self)
+            if until is not None and until(self):
+                return True
+        return False
+
+    def draw_searches(self):
+        from zoekt.search_targets import search_targets
+
+        return generate_searches(
+            self.traffic,
+            lambda ns: search_targets(ns).targets,
+            self.searches_per_sample,
+            seed=self.seed * 1_000_003 + len(self.samples),
+        )
+
+    def sample(self, searches: int = 0, dark: int = 0) -> Sample:
+        nodes = {}
+        for name, node in self.nodes.items():
+            health = node.fake.process_health()["webserver"]
+            nodes[name] = NodeSample(
+                disk_used_bytes=node.fake.disk_used_bytes(),
+                rss_bytes=int(health["rss_bytes"]),
+                shards_loaded=int(health["shards_loaded"]),
+                alive=node.alive,
+            )
+        return Sample(t=self.t, nodes=nodes, searches=searches, dark=dark)
+
+    # --- what the control plane holds ------------------------------------------------------
+
+    def converged(self) -> bool:
+        """Every enabled namespace has all its replicas, each ready."""
+        return fleet_state()["namespaces_short"] == 0
+
+    def node_ids(self) -> dict[str, int | None]:
+        return {name: node.fake.node_id for name, node in self.nodes.items()}
+
+
+def fleet_state() -> dict[str, int]:
+    """Counts of the fleet's placement state (a few queries)."""
+    from django.db.models import Count, Q
+
+    from zoekt.models import EnabledNamespace, Index, Replica
+
+    enabled = EnabledNamespace.objects.annotate(
+        ready=Count("replicas", filter=Q(replicas__state=Replica.State.READY))
+    ).values_list("id", "number_of_replicas_override", "ready")
+    from zoekt import app_settings
+
+    default = app_settings.current().default_number_of_replicas
+    short = sum(1 for _, override, ready in enabled if ready < (override or default))
+    indices = dict(
+        Index.objects.values_list("state").annotate(n=Count("id")).values_list("state", "n")
+    )
+    return {
+        "namespaces": len(enabled),
+        "namespaces_short": short,
+        "indices": sum(indices.values()),
+        "indices_ready": indices.get(Index.State.READY, 0),
+    }
+
+
+def gib(value: float) -> float:
+    return value / GIB
