@@ -44,7 +44,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.replays import GIB, ROOT, clock_text, plot_runs, reset_database, setup_django
+from bench.replays import GIB, ROOT, clock_text, finish, reset_database, setup_django
 
 TIB = 1024 * GIB
 MIB = 1024**2
@@ -233,15 +233,14 @@ def main() -> int:
         runs.append((label, replay))
         results.append(result)
     print_table(results)
-    plot_runs(
+    finish(
         runs,
-        args.chart,
+        results,
+        chart=args.chart,
+        json_path=args.json,
         title="Hot-namespace replay: per-node disk and webserver RSS",
         memory_line=(BUDGET / GIB, "memory limit 96 GiB"),
     )
-    print(f"\nchart: {args.chart}")
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=2, default=str))
     return 0
 
 

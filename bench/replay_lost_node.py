@@ -32,7 +32,6 @@ disk, RSS and dark searches over simulated time (``--chart``, default
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import random
 import sys
@@ -41,7 +40,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.replays import GIB, ROOT, clock_text, plot_runs, reset_database, setup_django
+from bench.replays import GIB, ROOT, clock_text, finish, reset_database, setup_django
 
 MIB = 1024**2
 ROOT_BASE = 700_000
@@ -196,15 +195,14 @@ def main() -> int:
         runs.append((label, replay))
         results.append(result)
     print_table(results)
-    plot_runs(
+    finish(
         runs,
-        args.chart,
+        results,
+        chart=args.chart,
+        json_path=args.json,
         title="Lost-node replay: per-node disk, webserver RSS and dark searches",
         dark_per_minute=True,
     )
-    print(f"\nchart: {args.chart}")
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=2, default=str))
     return 0
 
 

@@ -177,3 +177,13 @@ def plot_runs(
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def finish(runs, results, *, chart: Path, json_path: Path | None, **plot) -> None:
+    """Draw the chart of ``runs`` and write ``results`` as JSON when asked."""
+    import json
+
+    plot_runs(runs, chart, **plot)
+    print(f"\nchart: {chart}")
+    if json_path:
+        json_path.write_text(json.dumps(results, indent=2, default=str))

@@ -122,49 +122,24 @@ def catalog_rows(
     """Rows for ``do_bulk_upsert_catalog``: root groups by id → path, and projects as
     ``(project_id, root id, repository_size)`` (each gets a project namespace of its own,
     id ``10_000_000 + project_id``)."""
-    namespaces = [
-        {
-            "id": root_id,
-            "name": path,
-            "path": path,
-            "type": "Group",
-            "parent_id": None,
-            "visibility_level": 20,
-            "archived": False,
-        }
-        for root_id, path in roots.items()
-    ]
-    project_rows, statistics = [], []
+    from zoekt.operator_actions import group_row, project_rows
+
+    tables: tuple[list[dict], list[dict], list[dict]] = (
+        [group_row(root_id, path) for root_id, path in roots.items()],
+        [],
+        [],
+    )
     for project_id, root_id, size in projects:
-        namespace_id = 10_000_000 + project_id
-        name = f"project-{project_id}"
-        namespaces.append(
-            {
-                "id": namespace_id,
-                "name": name,
-                "path": name,
-                "type": "Project",
-                "parent_id": root_id,
-                "visibility_level": 20,
-                "archived": False,
-            }
+        rows = project_rows(
+            project_id,
+            f"project-{project_id}",
+            namespace_id=root_id,
+            project_namespace_id=10_000_000 + project_id,
+            repository_size=size,
         )
-        project_rows.append(
-            {
-                "id": project_id,
-                "name": name,
-                "path": name,
-                "namespace_id": root_id,
-                "project_namespace_id": namespace_id,
-                "visibility_level": 20,
-                "archived": False,
-                "repository_storage": "default",
-                "repository_access_level": 20,
-                "forked_from_project_id": None,
-            }
-        )
-        statistics.append({"project_id": project_id, "repository_size": size, "storage_size": size})
-    return namespaces, project_rows, statistics
+        for table, row in zip(tables, rows, strict=True):
+            table.append(row)
+    return tables
 
 
 class Replay:

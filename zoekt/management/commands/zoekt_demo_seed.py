@@ -51,17 +51,7 @@ def build_catalog(
     def group(name: str, parent_id: int | None) -> int:
         nonlocal next_id
         next_id += 1
-        namespaces.append(
-            {
-                "id": next_id,
-                "name": name,
-                "path": name,
-                "type": "Group",
-                "parent_id": parent_id,
-                "visibility_level": 20,
-                "archived": False,
-            }
-        )
+        namespaces.append(operator_actions.group_row(next_id, name, parent_id))
         holders.append(next_id)
         return next_id
 
@@ -81,40 +71,20 @@ def build_catalog(
         next_id += 1
         project_id += 1
         name = f"demo-project-{p:04d}"
-        namespaces.append(
-            {
-                "id": next_id,
-                "name": name,
-                "path": name,
-                "type": "Project",
-                "parent_id": holder,
-                "visibility_level": 20,
-                "archived": False,
-            }
-        )
-        project_rows.append(
-            {
-                "id": project_id,
-                "name": name,
-                "path": name,
-                "namespace_id": holder,
-                "project_namespace_id": next_id,
-                "visibility_level": 20,
-                "archived": False,
-                "repository_storage": storage,
-                "repository_access_level": 20,
-                "forked_from_project_id": None,
-            }
-        )
         # Log-normal sizes: a median of 20 MiB, a long tail of large repositories.
         size = int(min(rng.lognormvariate(math.log(20 * MIB), 1.2), 4 * 1024 * MIB))
-        statistics.append(
-            {
-                "project_id": project_id,
-                "repository_size": max(size, 64 * 1024),
-                "storage_size": int(max(size, 64 * 1024) * rng.uniform(1.1, 1.6)),
-            }
+        size = max(size, 64 * 1024)
+        rows = operator_actions.project_rows(
+            project_id,
+            name,
+            namespace_id=holder,
+            project_namespace_id=next_id,
+            repository_size=size,
+            storage_size=int(size * rng.uniform(1.1, 1.6)),
+            repository_storage=storage,
         )
+        for table, row in zip((namespaces, project_rows, statistics), rows, strict=True):
+            table.append(row)
     return namespaces, project_rows, statistics
 
 
