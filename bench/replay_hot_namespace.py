@@ -124,6 +124,7 @@ def run_once(label: str, *, memory_aware: bool, seed: int, tick: float, quiet: b
         hot_at = replay.t
         replay.run(1800, progress=progress)  # and half an hour of steady state
         report = node_report(replay)
+        warnings = plan_warnings()
         wall = time.perf_counter() - started
     return replay, {
         "label": label,
@@ -134,7 +135,23 @@ def run_once(label: str, *, memory_aware: bool, seed: int, tick: float, quiet: b
         "simulated_s": replay.t,
         "wall_s": wall,
         "nodes": report,
+        "plan_warnings": warnings,
     }
+
+
+def plan_warnings() -> dict[str, int]:
+    """Warning types over the run's kept rollout plans, with their counts."""
+    import collections
+
+    from planner.models import RolloutPlan
+
+    counts: collections.Counter = collections.Counter()
+    for plan in RolloutPlan.objects.values_list("plan", flat=True):
+        # Namespace plans are listed by action: create, destroy, unchanged, failures.
+        for action in ("create", "destroy", "unchanged", "failures"):
+            for namespace in plan.get(action) or []:
+                counts.update(warning["type"] for warning in namespace.get("warnings", []))
+    return dict(counts)
 
 
 def node_report(replay) -> list[dict]:
@@ -201,14 +218,18 @@ def print_table(results: list[dict]) -> None:
                 f"{'-' if estimate is None else f'{estimate / GIB:.1f} GiB':>10}"
             )
     print()
-    print(f"{'placement':<13} {'RSS max/min':>11} {'hot group ready after':>22} {'wall':>7}")
+    print(
+        f"{'placement':<13} {'RSS max/min':>11} {'hot group ready after':>22} {'wall':>7}  "
+        "plan warnings"
+    )
     for result in results:
         rss = [row["rss_bytes"] for row in result["nodes"]]
         result["rss_max_over_min"] = ratio(rss)
         ready = clock_text(result["hot_ready_after_s"]) if result["hot_ready"] else "not ready"
         print(
             f"{result['label']:<13} {result['rss_max_over_min']:>10.2f}× {ready:>22} "
-            f"{result['wall_s']:>6.0f}s"
+            f"{result['wall_s']:>6.0f}s  "
+            + (", ".join(f"{k} ×{v}" for k, v in sorted(result["plan_warnings"].items())) or "-")
         )
 
 

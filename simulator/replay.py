@@ -19,7 +19,8 @@ between the nodes and the database:
 * search traffic: every ``traffic_every`` seconds, ``searches_per_sample``
   searches are drawn over the enabled namespaces in proportion to their
   traffic weight (``simulator.models.generate_searches``), each answered by
-  the real ``zoekt.search_targets``; a search with no target is dark.
+  the real ``zoekt.search_targets`` (``search_targets_many``: every
+  namespace's answer at that instant); a search with no target is dark.
 
 Tasks take no simulated time: a node runs what a heartbeat hands it before
 the next tick. The replay's times are therefore the control plane's own:
@@ -368,11 +369,13 @@ class Replay:
         return False
 
     def draw_searches(self):
-        from zoekt.search_targets import search_targets
+        from zoekt.search_targets import search_targets_many
 
+        # Every namespace's answer at this instant, in four queries.
+        answers = search_targets_many(self.traffic)
         return generate_searches(
             self.traffic,
-            lambda ns: search_targets(ns).targets,
+            lambda ns: answers[ns].targets,
             self.searches_per_sample,
             seed=self.seed * 1_000_003 + len(self.samples),
         )

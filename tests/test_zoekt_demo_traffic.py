@@ -24,7 +24,7 @@ def test_every_search_is_counted_and_the_dark_ones_by_reason():
         rate=500,
         hotness=lambda ns: {1: 5.0, 2: 3.0, 3: 2.0}[ns],
         namespaces=lambda: [1, 2, 3],
-        reason_for=answers.get,
+        reasons_for=lambda ids: {ns: answers[ns] for ns in ids},
         on_counts=lambda n, dark: seen.append((n, dict(dark))),
     )
     first = loop.tick(0)
@@ -46,14 +46,14 @@ def test_the_same_second_draws_the_same_searches():
             rate=50,
             hotness=lambda ns: 1.0 / ns,
             namespaces=lambda: [1, 2, 3, 4],
-            reason_for=lambda ns: "no_ready_replica" if ns % 2 else None,
+            reasons_for=lambda ids: {ns: "no_ready_replica" if ns % 2 else None for ns in ids},
         )
 
     assert make().tick(7) == make().tick(7)
 
 
 def test_no_namespace_no_search():
-    loop = TrafficLoop(rate=10, namespaces=list, reason_for=lambda ns: None)
+    loop = TrafficLoop(rate=10, namespaces=list, reasons_for=lambda ids: 1 / 0)
     assert loop.tick(0) == TrafficCounts()
 
 

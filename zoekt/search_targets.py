@@ -21,16 +21,21 @@ GitLab's ``Replica.search_enabled?`` asks only for a ready replica with an
 index on an online node; this is stricter (every index, searchable nodes),
 because a fan-out that misses one index misses part of the namespace.
 
-It costs the same few queries whatever the number of replicas, indices or
+It costs the same four queries whatever the number of replicas, indices or
 nodes: the enabled namespace, the ready replicas' indices with their nodes,
-and the two of ``searchable``.
+and the two of ``searchable``. ``search_targets_many`` answers for many
+namespaces in those same four queries (a namespace with no ready index
+needs fewer); ``search_targets`` is it for one.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
+
+from django.db.models import F
 
 from zoekt import clock
 from zoekt.models import EnabledNamespace, Index, Node, Replica
@@ -75,40 +80,68 @@ class SearchTargets:
 
 def search_targets(root_namespace_id: int, now: datetime | None = None) -> SearchTargets:
     """The chosen replica's nodes and indices for a search of ``root_namespace_id``."""
+    return search_targets_many([root_namespace_id], now)[root_namespace_id]
+
+
+def search_targets_many(
+    root_namespace_ids: Iterable[int], now: datetime | None = None
+) -> dict[int, SearchTargets]:
+    """``search_targets`` of each root namespace id, in the same four queries for any number."""
     now = now or clock.now()
-    enabled = (
-        EnabledNamespace.objects.filter(root_namespace_id=root_namespace_id)
-        .only("id", "search")
-        .first()
-    )
-    if enabled is None:
-        return SearchTargets(root_namespace_id, reason=Reason.NAMESPACE_NOT_ENABLED)
-    if not enabled.search:
-        return SearchTargets(root_namespace_id, reason=Reason.SEARCH_DISABLED)
-
-    ready_replicas = Replica.objects.filter(
-        zoekt_enabled_namespace=enabled, state=Replica.State.READY
-    ).with_all_ready_indices()
-    indices = list(
-        Index.objects.filter(zoekt_replica__in=ready_replicas)
-        .select_related("zoekt_node")
-        .order_by("zoekt_replica_id", "zoekt_node_id", "id")
-    )
-    if not indices:
-        return SearchTargets(root_namespace_id, reason=Reason.NO_READY_REPLICA)
-
-    by_replica: dict[int, list[Index]] = {}
+    ids = sorted(set(root_namespace_ids))
+    enabled = {
+        row.root_namespace_id: row
+        for row in EnabledNamespace.objects.filter(root_namespace_id__in=ids).only(
+            "id", "root_namespace_id", "search"
+        )
+    }
+    searching = [row.id for row in enabled.values() if row.search]
+    indices: list[Index] = []
+    if searching:
+        ready_replicas = Replica.objects.filter(
+            zoekt_enabled_namespace_id__in=searching, state=Replica.State.READY
+        ).with_all_ready_indices()
+        indices = list(
+            Index.objects.filter(zoekt_replica__in=ready_replicas)
+            .select_related("zoekt_node")
+            .annotate(replica_enabled_namespace_id=F("zoekt_replica__zoekt_enabled_namespace_id"))
+            .order_by("zoekt_replica_id", "zoekt_node_id", "id")
+        )
+    # enabled namespace id (the replica's) -> replica id -> its indices, sorted by (node, id)
+    by_namespace: dict[int, dict[int, list[Index]]] = {}
     for index in indices:
-        by_replica.setdefault(index.zoekt_replica_id, []).append(index)
+        replicas = by_namespace.setdefault(index.replica_enabled_namespace_id, {})
+        replicas.setdefault(index.zoekt_replica_id, []).append(index)
     node_ids = {index.zoekt_node_id for index in indices}
-    searchable = set(
-        Node.objects.filter(pk__in=node_ids).searchable(now).values_list("id", flat=True)
+    searchable = (
+        set(Node.objects.filter(pk__in=node_ids).searchable(now).values_list("id", flat=True))
+        if node_ids
+        else set()
     )
+
+    answers: dict[int, SearchTargets] = {}
+    for root_id in ids:
+        row = enabled.get(root_id)
+        if row is None:
+            answers[root_id] = SearchTargets(root_id, reason=Reason.NAMESPACE_NOT_ENABLED)
+        elif not row.search:
+            answers[root_id] = SearchTargets(root_id, reason=Reason.SEARCH_DISABLED)
+        else:
+            answers[root_id] = _choose(root_id, by_namespace.get(row.id, {}), searchable)
+    return answers
+
+
+def _choose(
+    root_id: int, by_replica: dict[int, list[Index]], searchable: set[int]
+) -> SearchTargets:
+    """The lowest-id ready replica whose every index is on a searchable node."""
+    if not by_replica:
+        return SearchTargets(root_id, reason=Reason.NO_READY_REPLICA)
     for replica_id in sorted(by_replica):
         replica_indices = by_replica[replica_id]
         if all(index.zoekt_node_id in searchable for index in replica_indices):
-            return SearchTargets(root_namespace_id, targets=_targets(replica_id, replica_indices))
-    return SearchTargets(root_namespace_id, reason=Reason.NO_SEARCHABLE_REPLICA)
+            return SearchTargets(root_id, targets=_targets(replica_id, replica_indices))
+    return SearchTargets(root_id, reason=Reason.NO_SEARCHABLE_REPLICA)
 
 
 def _targets(replica_id: int, indices: list[Index]) -> tuple[SearchTarget, ...]:

@@ -24,6 +24,7 @@ from tests.factories import (
 )
 from zoekt import app_settings
 from zoekt.models import EnabledNamespace, Index, Node, Replica
+from zoekt.search_targets import search_targets, search_targets_many
 
 pytestmark = pytest.mark.django_db
 
@@ -402,6 +403,50 @@ def test_the_query_count_does_not_grow_with_replicas_or_nodes(admin_client, enab
     large = count_queries(admin_client, enabled.root_namespace_id)
 
     assert small == large
+
+
+def test_many_namespaces_are_answered_in_four_queries_each_as_alone(now):
+    app_settings.current()  # cached, as in the count above
+    good, split, off, waiting, dark = (EnabledNamespaceFactory() for _ in range(5))
+    off.search = False
+    off.save()
+    first = search_node("zoekt-0")
+    ready_replica(good, first)
+    ready_replica(good, search_node("zoekt-1"))  # a second, higher-id replica
+    ready_replica(split, first, search_node("zoekt-2"))
+    ready_replica(dark, mmap_exhausted_node("zoekt-3"))
+    pending = ReplicaFactory(zoekt_enabled_namespace=waiting, state=Replica.State.PENDING)
+    IndexFactory(zoekt_replica=pending, zoekt_node=first, state=Index.State.PENDING)
+    unknown = GroupFactory().id
+    ids = [e.root_namespace_id for e in (good, split, off, waiting, dark)] + [unknown]
+
+    with CaptureQueriesContext(connection) as queries:
+        answers = search_targets_many(ids + ids[:2])  # repeats are answered once
+    assert len(queries) == 4
+    assert sorted(answers) == sorted(ids)
+    assert answers == {namespace_id: search_targets(namespace_id) for namespace_id in ids}
+    reasons = {namespace_id: answers[namespace_id].reason for namespace_id in ids}
+    assert reasons == {
+        good.root_namespace_id: None,
+        split.root_namespace_id: None,
+        off.root_namespace_id: "search_disabled",
+        waiting.root_namespace_id: "no_ready_replica",
+        dark.root_namespace_id: "no_searchable_replica",
+        unknown: "namespace_not_enabled",
+    }
+    assert [t.node_name for t in answers[split.root_namespace_id].targets] == [
+        "zoekt-0",
+        "zoekt-2",
+    ]
+    # The lowest-id ready replica serves, as for one namespace.
+    good_targets = answers[good.root_namespace_id].targets
+    assert [t.node_name for t in good_targets] == ["zoekt-0"]
+
+
+def test_no_namespace_no_query():
+    with CaptureQueriesContext(connection) as queries:
+        assert search_targets_many([]) == {}
+    assert len(queries) == 0  # an empty IN never reaches the database
 
 
 def test_the_openapi_schema_describes_the_endpoint(admin_client):

@@ -3,7 +3,9 @@
 Every second it draws ``--rate`` searches over the enabled namespaces in
 proportion to their hotness (a Zipf law fixed by a hash of the namespace id:
 the same ``ZipfHotness`` the demo's fake nodes use for their memory) and
-answers each as a search would be routed, with ``zoekt.search_targets``. A
+answers each as a search would be routed, with ``zoekt.search_targets``
+(``search_targets_many``: every namespace's answer of that second, in four
+queries). A
 search with no target is **dark**; its reason (``no_ready_replica``,
 ``no_searchable_replica``, ...) is counted too.
 
@@ -41,12 +43,14 @@ def enabled_namespace_ids() -> list[int]:
     )
 
 
-def dark_reason(namespace_id: int) -> str | None:
-    """None when a search of the namespace has targets, else why it has none."""
-    from zoekt.search_targets import search_targets
+def dark_reasons(namespace_ids: list[int]) -> dict[int, str | None]:
+    """Per namespace, None when a search has targets, else why it has none (four queries)."""
+    from zoekt.search_targets import search_targets_many
 
-    answer = search_targets(namespace_id)
-    return None if answer.targets else str(answer.reason)
+    return {
+        namespace_id: None if answer.targets else str(answer.reason)
+        for namespace_id, answer in search_targets_many(namespace_ids).items()
+    }
 
 
 @dataclasses.dataclass
@@ -73,7 +77,7 @@ class TrafficLoop:
     rate: int = 20
     hotness: Callable[[int], float] = dataclasses.field(default_factory=lambda: ZipfHotness(s=0.4))
     namespaces: Callable[[], list[int]] = enabled_namespace_ids
-    reason_for: Callable[[int], str | None] = dark_reason
+    reasons_for: Callable[[list[int]], Mapping[int, str | None]] = dark_reasons
     on_counts: Callable[[int, Mapping[str, int]], None] | None = None
     counts: TrafficCounts = dataclasses.field(default_factory=TrafficCounts)
 
@@ -81,13 +85,10 @@ class TrafficLoop:
         """Draw this second's searches; returns the counts of this second alone."""
         ids = self.namespaces()
         weights = {ns: self.hotness(ns) for ns in ids}
-        reasons: dict[int, str | None] = {}
-
-        def targets_for(ns: int) -> tuple:
-            reasons[ns] = self.reason_for(ns)
-            return () if reasons[ns] else (ns,)
-
-        drawn = generate_searches(weights, targets_for, self.rate, seed=second)
+        reasons = self.reasons_for(ids) if ids else {}
+        drawn = generate_searches(
+            weights, lambda ns: () if reasons[ns] else (ns,), self.rate, seed=second
+        )
         now = TrafficCounts(searches=drawn.searches)
         for ns, count in drawn.dark_by_namespace.items():
             now.dark[reasons[ns]] += count
