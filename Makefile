@@ -9,7 +9,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install run demo test lint format bench clean
+.PHONY: install run demo test lint format bench replays clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,11 @@ test: install lint
 # Heartbeat benchmark (several minutes); figures go to docs/benchmarks.md.
 bench: install
 	$(BIN)/python -m zoekt.devservers exec -- $(BIN)/python bench/heartbeat.py $(BENCH_ARGS)
+
+# The replays (about 20 minutes together): tables on stdout, charts in docs/replays/.
+replays: install
+	$(BIN)/python -m zoekt.devservers exec -- $(BIN)/python bench/replay_hot_namespace.py
+	$(BIN)/python -m zoekt.devservers exec -- $(BIN)/python bench/replay_lost_node.py
 
 lint: install
 	$(BIN)/ruff check .
