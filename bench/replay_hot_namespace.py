@@ -44,7 +44,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.replays import GIB, ROOT, clock_text, finish, reset_database, setup_django
+from bench.replays import (
+    GIB,
+    ROOT,
+    clock_text,
+    finish,
+    reset_database,
+    run_all,
+    setup_django,
+)
 
 TIB = 1024 * GIB
 MIB = 1024**2
@@ -245,14 +253,12 @@ def main() -> int:
     args = parser.parse_args()
 
     setup_django("replay_hot")
-    runs, results = [], []
-    for label, memory_aware in (("disk-only", False), ("memory-aware", True)):
-        print(f"run: {label}", file=sys.stderr)
-        replay, result = run_once(
+    runs, results = run_all(
+        (("disk-only", False), ("memory-aware", True)),
+        lambda label, memory_aware: run_once(
             label, memory_aware=memory_aware, seed=args.seed, tick=args.tick, quiet=args.quiet
-        )
-        runs.append((label, replay))
-        results.append(result)
+        ),
+    )
     print_table(results)
     finish(
         runs,

@@ -40,7 +40,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.replays import GIB, ROOT, clock_text, finish, reset_database, setup_django
+from bench.replays import (
+    GIB,
+    ROOT,
+    clock_text,
+    finish,
+    reset_database,
+    run_all,
+    setup_django,
+)
 
 MIB = 1024**2
 ROOT_BASE = 700_000
@@ -188,12 +196,7 @@ def main() -> int:
     args = parser.parse_args()
 
     setup_django("replay_lost")
-    runs, results = [], []
-    for label, overrides in RUNS:
-        print(f"run: {label}", file=sys.stderr)
-        replay, result = run_once(label, overrides, args)
-        runs.append((label, replay))
-        results.append(result)
+    runs, results = run_all(RUNS, lambda label, overrides: run_once(label, overrides, args))
     print_table(results)
     finish(
         runs,

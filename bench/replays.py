@@ -179,6 +179,17 @@ def plot_runs(
     plt.close(fig)
 
 
+def run_all(specs, run_once) -> tuple[list, list]:
+    """Call ``run_once(label, option)`` for each spec; returns the (label, replay)s, the results."""
+    runs, results = [], []
+    for label, option in specs:
+        print(f"run: {label}", file=sys.stderr)
+        replay, result = run_once(label, option)
+        runs.append((label, replay))
+        results.append(result)
+    return runs, results
+
+
 def finish(runs, results, *, chart: Path, json_path: Path | None, **plot) -> None:
     """Draw the chart of ``runs`` and write ``results`` as JSON when asked."""
     import json
