@@ -33,6 +33,7 @@ scratch database, or a test database with ``transaction=True``).
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import json
 import tempfile
@@ -105,7 +106,7 @@ class Sample:
 
 
 @dataclasses.dataclass
-class Job:
+class BeatJob:
     """A beat entry in simulated time: ``run`` every ``period`` seconds, the first at 0."""
 
     name: str
@@ -187,11 +188,11 @@ class Replay:
         self.t = 0.0
         self.nodes: dict[str, ReplayNode] = {}
         self.samples: list[Sample] = []
-        self.jobs: list[Job] = []
+        self.jobs: list[BeatJob] = []
         self.events: list[tuple[float, str]] = []
         self.job_runs: collections.Counter = collections.Counter()
         self._last_traffic: float | None = None
-        self._stack: list[Any] = []
+        self._stack = contextlib.ExitStack()
 
     # --- set-up -------------------------------------------------------------------------
 
@@ -201,57 +202,51 @@ class Replay:
         from zoekt import clock
         from zoekt.celery import app as celery_app
 
+        stack = self._stack = contextlib.ExitStack()
         if self._state_dir is None:
-            holder = tempfile.TemporaryDirectory(prefix="zoekt-replay-")
-            self._stack.append(holder)
-            self._state_dir = holder.name
-        frozen = clock.frozen(self.start)
-        frozen.__enter__()
-        self._stack.append(frozen)
-        self._eager = celery_app.conf.task_always_eager
+            self._state_dir = stack.enter_context(
+                tempfile.TemporaryDirectory(prefix="zoekt-replay-")
+            )
+        stack.enter_context(clock.frozen(self.start))
+        # Events run as their job commits; the in-process client's host is allowed.
+        stack.callback(
+            setattr, celery_app.conf, "task_always_eager", celery_app.conf.task_always_eager
+        )
         celery_app.conf.task_always_eager = True
-        self._hosts = list(settings.ALLOWED_HOSTS)
+        stack.callback(setattr, settings, "ALLOWED_HOSTS", list(settings.ALLOWED_HOSTS))
         if "127.0.0.1" not in settings.ALLOWED_HOSTS:
             settings.ALLOWED_HOSTS = [*settings.ALLOWED_HOSTS, "127.0.0.1"]
+        stack.callback(self._stop_nodes)
         self.jobs = self.beat_jobs()
         return self
 
     def __exit__(self, *exc_info) -> None:
-        from django.conf import settings
+        self._stack.close()
 
-        from zoekt.celery import app as celery_app
-
-        celery_app.conf.task_always_eager = self._eager
-        settings.ALLOWED_HOSTS = self._hosts
+    def _stop_nodes(self) -> None:
         for node in self.nodes.values():
             node.fake.stop()
-        while self._stack:
-            entry = self._stack.pop()
-            if hasattr(entry, "__exit__"):
-                entry.__exit__(None, None, None)
-            else:
-                entry.cleanup()
 
-    def beat_jobs(self) -> list[Job]:
+    def beat_jobs(self) -> list[BeatJob]:
         """Beat's entries that shape a fleet, at their production periods."""
         from planner.tasks import rollout_task
         from zoekt.scheduling.service import PERIODS, TASKS
         from zoekt.scheduling.tasks import run_scheduled_task
         from zoekt.tasks import calibrate_memory_ratio_task, refresh_buffer_factor_task
 
-        jobs = [Job("refresh_buffer_factor", HOURLY, refresh_buffer_factor_task)]
+        jobs = [BeatJob("refresh_buffer_factor", HOURLY, refresh_buffer_factor_task)]
         # Scheduled tasks run under their lock; the throttle periods are kept here in
         # simulated time (the production throttle counts real seconds in Redis).
         for name in TASKS:
             jobs.append(
-                Job(
+                BeatJob(
                     name,
                     PERIODS.get(name, SCHEDULING_PERIOD),
                     lambda name=name: run_scheduled_task(name, bypass_throttle=True),
                 )
             )
-        jobs.append(Job("rollout", ROLLOUT_PERIOD, rollout_task))
-        jobs.append(Job("calibrate_memory_ratio", HOURLY, calibrate_memory_ratio_task))
+        jobs.append(BeatJob("rollout", ROLLOUT_PERIOD, rollout_task))
+        jobs.append(BeatJob("calibrate_memory_ratio", HOURLY, calibrate_memory_ratio_task))
         return jobs
 
     def settings(self, **values: Any) -> None:

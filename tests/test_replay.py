@@ -7,7 +7,7 @@ import itertools
 import pytest
 
 from simulator.fakenode import GIB, MIB
-from simulator.replay import InProcessTransport, Job, Replay, catalog_rows, fleet_state
+from simulator.replay import BeatJob, InProcessTransport, Replay, catalog_rows, fleet_state
 from zoekt import clock
 from zoekt.models import EnabledNamespace, Index, Node
 
@@ -177,7 +177,7 @@ def test_the_in_process_transport_returns_refusals_as_a_node_would_see_them():
 
 
 def test_a_job_is_due_first_at_zero_then_each_period():
-    job = Job("x", 60, lambda: None)
+    job = BeatJob("x", 60, lambda: None)
     assert job.due(0)
     job.last = 0
     assert not job.due(59)
