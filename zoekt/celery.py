@@ -10,7 +10,9 @@ from __future__ import annotations
 import os
 
 from celery import Celery
+from celery.signals import task_postrun, task_prerun
 
+from zoekt import jobmetrics
 from zoekt.scheduling.beat import SCHEDULING_BEAT
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "zoekt.settings")
@@ -18,6 +20,10 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "zoekt.settings")
 app = Celery("zoekt")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks(["zoekt", "zoekt.scheduling", "planner"])
+
+# Every job run is timed for /metrics (zoekt.jobmetrics).
+task_prerun.connect(jobmetrics.on_prerun, weak=False)
+task_postrun.connect(jobmetrics.on_postrun, weak=False)
 
 # Every entry expires after its own interval, so a backlog of missed ticks
 # never runs the same job several times in a row.

@@ -26,11 +26,19 @@ from django.db.models import Count, F
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    Metric,
+    SummaryMetricFamily,
+)
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from zoekt import clock, readmodels
+from zoekt import clock, jobmetrics, readmodels
+from zoekt.logging import get_logger
 from zoekt.models import Index, Repository
+
+log = get_logger(__name__)
 
 GITLAB_NODE_LABELS = ("zoekt_node_id", "zoekt_node_name")
 GITLAB_NODE_LABELS_SHORT = ("node_id", "node_name")
@@ -50,6 +58,8 @@ class FleetCollector:
         yield from self._gitlab_counts(overview, now)
         yield from self._node_metrics(overview)
         yield from self._fleet_counts(overview)
+        yield from self._rollout_plan()
+        yield from self._jobs()
 
     # --- GitLab's names -------------------------------------------------------------
     def _gitlab_node_metrics(self, overview: readmodels.FleetOverview) -> Iterator[Metric]:
@@ -236,6 +246,68 @@ class FleetCollector:
         )
         ratio.add_metric([], overview.memory_ratio)
         yield from (replicas, tasks, namespaces, nodes, ratio)
+
+    def _rollout_plan(self) -> Iterator[Metric]:
+        """The last rollout's phases and bounds, from its kept plan (one query)."""
+        from planner.models import RolloutPlan
+
+        row = RolloutPlan.objects.filter(dry_run=False).only("created_at", "summary").first()
+        if row is None:
+            return
+        summary = row.summary or {}
+        at = _gauge(
+            "zoekt_control_rollout_plan_timestamp_seconds",
+            "When the last rollout plan was made (Unix time).",
+        )
+        at.add_metric([], row.created_at.timestamp())
+        phases = _gauge(
+            "zoekt_control_rollout_plan_phase_seconds",
+            "Seconds the last rollout spent in each phase (select, load, plan, ...).",
+            ("phase",),
+        )
+        for phase, seconds in sorted((summary.get("seconds") or {}).items()):
+            phases.add_metric([phase], seconds)
+        bound = _gauge(
+            "zoekt_control_rollout_plan_utilization_over_bound",
+            "The last plan's busiest node over the lower bound of any placement, per dimension.",
+            ("dimension",),
+        )
+        for dimension, figures in sorted((summary.get("bounds") or {}).items()):
+            if isinstance(figures, dict) and figures.get("ratio") is not None:
+                bound.add_metric([dimension], figures["ratio"])
+        yield from (at, phases, bound)
+
+    def _jobs(self) -> Iterator[Metric]:
+        """Runs and durations of every job (``zoekt.jobmetrics``, one Redis round trip)."""
+        try:
+            figures = jobmetrics.read()
+        except Exception as exc:  # Redis away: the fleet's figures are still served
+            log.warning("job_metrics_unavailable", error=f"{type(exc).__name__}: {exc}")
+            return
+        duration = SummaryMetricFamily(
+            "zoekt_control_job_duration_seconds",
+            "Runs of each job and the seconds they took in all.",
+            labels=["job"],
+        )
+        failures = CounterMetricFamily(
+            "zoekt_control_job_failures", "Runs of each job that failed.", labels=["job"]
+        )
+        last = _gauge(
+            "zoekt_control_job_last_duration_seconds",
+            "Seconds the last run of each job took.",
+            ("job",),
+        )
+        finished = _gauge(
+            "zoekt_control_job_last_finished_timestamp_seconds",
+            "When the last run of each job ended (Unix time).",
+            ("job",),
+        )
+        for job in figures:
+            duration.add_metric([job.job], count_value=job.runs, sum_value=job.seconds)
+            failures.add_metric([job.job], job.failures)
+            last.add_metric([job.job], job.last_seconds)
+            finished.add_metric([job.job], job.last_finished)
+        yield from (duration, failures, last, finished)
 
 
 def _authorized(request: HttpRequest) -> bool:
