@@ -1,4 +1,4 @@
-"""Job and plan durations in /metrics: every Celery job run timed into Redis, the last plan's phases."""
+"""Job and plan durations in /metrics: job runs timed into Redis, the last plan's phases."""
 
 from __future__ import annotations
 
