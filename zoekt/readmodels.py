@@ -151,6 +151,21 @@ class FleetOverview:
         return {level.value: counts.get(level.value, 0) for level in NodeWatermark}
 
 
+def _index_counts() -> tuple[dict[int, Counter], Counter]:
+    """Indices by state per node id, and over the fleet (one grouped query)."""
+    per_node: dict[int, Counter] = defaultdict(Counter)
+    fleet: Counter = Counter()
+    for node_id, state, count in (
+        Index.objects.order_by()
+        .values_list("zoekt_node_id", "state")
+        .annotate(count=Count("id"))
+        .values_list("zoekt_node_id", "state", "count")
+    ):
+        per_node[node_id][state] += count
+        fleet[state] += count
+    return per_node, fleet
+
+
 def fleet_overview(
     now: datetime | None = None, settings: app_settings.ZoektSettings | None = None
 ) -> FleetOverview:
@@ -176,16 +191,7 @@ def fleet_overview(
     )
     memories = {row.node_id: row for row in memory.node_memory_report(settings=settings, now=now)}
 
-    index_counts: dict[int, Counter] = defaultdict(Counter)
-    fleet_indices: Counter = Counter()
-    for node_id, state, count in (
-        Index.objects.order_by()
-        .values_list("zoekt_node_id", "state")
-        .annotate(count=Count("id"))
-        .values_list("zoekt_node_id", "state", "count")
-    ):
-        index_counts[node_id][state] += count
-        fleet_indices[state] += count
+    index_counts, fleet_indices = _index_counts()
 
     task_counts: dict[int, Counter] = defaultdict(Counter)
     tasks_due: Counter = Counter()
@@ -816,16 +822,7 @@ def demo_progress(now: datetime | None = None) -> DemoProgress:
         ready=Count("id", filter=Q(has_ready=True)),
         without=Count("id", filter=Q(has_replica=False)),
     )
-    per_node: dict[int, Counter] = defaultdict(Counter)
-    states: Counter = Counter()
-    for node_id, state, count in (
-        Index.objects.order_by()
-        .values_list("zoekt_node_id", "state")
-        .annotate(count=Count("id"))
-        .values_list("zoekt_node_id", "state", "count")
-    ):
-        per_node[node_id][state] += count
-        states[state] += count
+    per_node, states = _index_counts()
     repositories = dict(_grouped(Repository.objects, "state"))
     names = {node.id: node.name for node in nodes}
     held = sorted(per_node)

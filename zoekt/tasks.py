@@ -13,44 +13,49 @@ from zoekt.reasons import Reason
 log = get_logger(__name__)
 
 
-@shared_task(name="zoekt.update_replica_states")
-def update_replica_states_task() -> dict:
-    with try_advisory_lock(LockKey.UPDATE_REPLICA_STATES) as acquired:
-        if not acquired:
-            log.info("update_replica_states", skipped=Reason.LOCK_HELD)
-            return {"skipped": Reason.LOCK_HELD}
-        result = actions.do_update_replica_states()
-    log.info("update_replica_states", **result)
+def _locked_job(event: str, lock: LockKey, run) -> dict:
+    """Run ``run`` under ``lock``, or skip it while another process holds the lock.
+
+    One log record, ``event``, either way; the result is returned as logged.
+    """
+    with try_advisory_lock(lock) as acquired:
+        result = run() if acquired else {"skipped": Reason.LOCK_HELD}
+    log.info(event, **result)
     return result
 
 
-@shared_task(name="zoekt.refresh_buffer_factor")
-def refresh_buffer_factor_task() -> dict:
-    with try_advisory_lock(LockKey.REFRESH_BUFFER_FACTOR) as acquired:
-        if not acquired:
-            log.info("refresh_buffer_factor", skipped=Reason.LOCK_HELD)
-            return {"skipped": Reason.LOCK_HELD}
-        factor = refresh_global_buffer_factor()
-    result = {
+@shared_task(name="zoekt.update_replica_states")
+def update_replica_states_task() -> dict:
+    return _locked_job(
+        "update_replica_states", LockKey.UPDATE_REPLICA_STATES, actions.do_update_replica_states
+    )
+
+
+def _refresh_buffer_factor() -> dict:
+    factor = refresh_global_buffer_factor()
+    return {
         "buffer_factor": factor.value,
         "reason": factor.reason,
         "used_storage_bytes": factor.used_storage_bytes,
         "repository_size": factor.repository_size,
     }
-    log.info("refresh_buffer_factor", **result)
-    return result
+
+
+@shared_task(name="zoekt.refresh_buffer_factor")
+def refresh_buffer_factor_task() -> dict:
+    return _locked_job(
+        "refresh_buffer_factor", LockKey.REFRESH_BUFFER_FACTOR, _refresh_buffer_factor
+    )
 
 
 @shared_task(name="zoekt.calibrate_memory_ratio")
 def calibrate_memory_ratio_task() -> dict:
     """Auto-calibration of ``memory_ratio`` (opt-in; a no-op without RSS reports)."""
-    with try_advisory_lock(LockKey.CALIBRATE_MEMORY_RATIO) as acquired:
-        if not acquired:
-            log.info("calibrate_memory_ratio", skipped=Reason.LOCK_HELD)
-            return {"skipped": Reason.LOCK_HELD}
-        result = memory.calibrate_memory_ratio().as_dict()
-    log.info("calibrate_memory_ratio", **result)
-    return result
+    return _locked_job(
+        "calibrate_memory_ratio",
+        LockKey.CALIBRATE_MEMORY_RATIO,
+        lambda: memory.calibrate_memory_ratio().as_dict(),
+    )
 
 
 @shared_task(name="zoekt.log_node_memory")

@@ -20,10 +20,11 @@ Batch sizes and limits are GitLab's (reference 6.4, 6.5, 6.6, 6.7, 6.9, 4.3).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import Exists, OuterRef
+from django.db.models import Exists, OuterRef, QuerySet
 
 from zoekt import app_settings, clock
 from zoekt.models import EnabledNamespace, Index, Namespace, Node, Replica, Repository, Task
@@ -54,6 +55,36 @@ Result = dict[str, Any]
 
 def _ids(queryset, limit: int) -> list[int]:
     return list(queryset.order_by("id").values_list("id", flat=True)[:limit])
+
+
+def id_batches(queryset, size: int) -> Iterator[list[int]]:
+    """The ids of ``queryset`` in ascending batches of ``size`` (keyset pagination).
+
+    A short batch is the last: no query is made to find out.
+    """
+    after = 0
+    while True:
+        batch = list(
+            queryset.filter(id__gt=after).order_by("id").values_list("id", flat=True)[:size]
+        )
+        if not batch:
+            return
+        yield batch
+        if len(batch) < size:
+            return
+        after = batch[-1]
+
+
+def _set_state_in_batch(model, scope: Callable[[QuerySet], QuerySet], limit: int, state) -> int:
+    """Set ``state`` on up to ``limit`` rows of ``scope`` (lowest ids first); returns the count.
+
+    The scope is applied again in the UPDATE, so a row that left it since it
+    was picked is not touched.
+    """
+    ids = _ids(scope(model.objects.all()), limit)
+    if not ids:
+        return 0
+    return scope(model.objects.filter(id__in=ids)).update(state=state, updated_at=clock.now())
 
 
 # ----------------------------------------------------------------------------
@@ -115,16 +146,7 @@ def initialize_index(index_id: int) -> Result:
         inserted = 0
         batches = 0
         capped = False
-        after = 0
-        while True:
-            batch = list(
-                namespaces.filter(id__gt=after)
-                .order_by("id")
-                .values_list("id", flat=True)[:INITIAL_INDEXING_NAMESPACE_BATCH_SIZE]
-            )
-            if not batch:
-                break
-            after = batch[-1]
+        for batch in id_batches(namespaces, INITIAL_INDEXING_NAMESPACE_BATCH_SIZE):
             batches += 1
             with connection.cursor() as cursor:
                 cursor.execute(
@@ -134,8 +156,6 @@ def initialize_index(index_id: int) -> Result:
                 inserted += cursor.rowcount
             if inserted >= INITIAL_INDEXING_INSERT_LIMIT:
                 capped = True
-                break
-            if len(batch) < INITIAL_INDEXING_NAMESPACE_BATCH_SIZE:
                 break
         if not capped:
             Index.objects.filter(pk=index.id, state=Index.State.PENDING).update(
@@ -204,13 +224,11 @@ def reindex_repos(node_id: int) -> Result:
 
 def orphan_repos() -> Result:
     """Mark up to 1,000 repositories without a project ``orphaned``; re-emit at exactly 1,000."""
-    ids = _ids(Repository.objects.should_be_marked_as_orphaned(), ORPHANED_REPO_BATCH_SIZE)
-    updated = (
-        Repository.objects.filter(id__in=ids)
-        .should_be_marked_as_orphaned()
-        .update(state=Repository.State.ORPHANED, updated_at=clock.now())
-        if ids
-        else 0
+    updated = _set_state_in_batch(
+        Repository,
+        lambda rows: rows.should_be_marked_as_orphaned(),
+        ORPHANED_REPO_BATCH_SIZE,
+        Repository.State.ORPHANED,
     )
     return {"repositories_marked_orphaned": updated, "re_emit": updated == ORPHANED_REPO_BATCH_SIZE}
 
@@ -261,26 +279,22 @@ def delete_repos() -> Result:
 
 def orphan_indices() -> Result:
     """Mark up to 1,000 indices without an enabled namespace or replica ``orphaned``."""
-    ids = _ids(Index.objects.should_be_marked_as_orphaned(), ORPHANED_INDEX_BATCH_SIZE)
-    updated = (
-        Index.objects.filter(id__in=ids)
-        .should_be_marked_as_orphaned()
-        .update(state=Index.State.ORPHANED, updated_at=clock.now())
-        if ids
-        else 0
+    updated = _set_state_in_batch(
+        Index,
+        lambda rows: rows.should_be_marked_as_orphaned(),
+        ORPHANED_INDEX_BATCH_SIZE,
+        Index.State.ORPHANED,
     )
     return {"indices_marked_orphaned": updated, "re_emit": False}
 
 
 def mark_indices_pending_eviction() -> Result:
     """Mark up to 1,000 critical indices (not in an eviction or deletion state) pending eviction."""
-    ids = _ids(Index.objects.should_be_pending_eviction(), PENDING_EVICTION_BATCH_SIZE)
-    updated = (
-        Index.objects.filter(id__in=ids)
-        .should_be_pending_eviction()
-        .update(state=Index.State.PENDING_EVICTION, updated_at=clock.now())
-        if ids
-        else 0
+    updated = _set_state_in_batch(
+        Index,
+        lambda rows: rows.should_be_pending_eviction(),
+        PENDING_EVICTION_BATCH_SIZE,
+        Index.State.PENDING_EVICTION,
     )
     return {"indices_marked_pending_eviction": updated, "re_emit": False}
 
@@ -291,16 +305,11 @@ def mark_indices_ready() -> Result:
     The condition is re-checked in the update itself, so a repository added
     meanwhile keeps its index initializing.
     """
-    candidates = Index.objects.filter(
-        state=Index.State.INITIALIZING
-    ).with_all_finished_repositories()
-    ids = _ids(candidates, MARK_READY_BATCH_SIZE)
-    updated = (
-        Index.objects.filter(id__in=ids, state=Index.State.INITIALIZING)
-        .with_all_finished_repositories()
-        .update(state=Index.State.READY, updated_at=clock.now())
-        if ids
-        else 0
+    updated = _set_state_in_batch(
+        Index,
+        lambda rows: rows.filter(state=Index.State.INITIALIZING).with_all_finished_repositories(),
+        MARK_READY_BATCH_SIZE,
+        Index.State.READY,
     )
     return {"indices_marked_ready": updated, "re_emit": False}
 

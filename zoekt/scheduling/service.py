@@ -155,17 +155,8 @@ class SchedulingService:
             return {"skipped": Reason.AUTO_INDEX_DISABLED}
         created = 0
         batches = 0
-        after = 0
         roots = Namespace.objects.roots().exclude(type=Namespace.Type.PROJECT)
-        while True:
-            ids = list(
-                roots.filter(id__gt=after)
-                .order_by("id")
-                .values_list("id", flat=True)[:AUTO_INDEX_BATCH_SIZE]
-            )
-            if not ids:
-                break
-            after = ids[-1]
+        for ids in handlers.id_batches(roots, AUTO_INDEX_BATCH_SIZE):
             batches += 1
             with connection.cursor() as cursor:
                 cursor.execute(
@@ -181,8 +172,6 @@ class SchedulingService:
                     {"ids": ids, "now": self.now},
                 )
                 created += cursor.rowcount
-            if len(ids) < AUTO_INDEX_BATCH_SIZE:
-                break
         return {"namespace_batches": batches, "enabled_namespaces_created": created}
 
     # --- node-level eviction (GitLab's SaaS legacy, behind a setting) --------------------
