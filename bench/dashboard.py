@@ -27,33 +27,25 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import statistics
 import sys
 import time
 import uuid
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
 sys.path.insert(0, str(ROOT))
 
-from bench.heartbeat import recreate_database  # noqa: E402
 from bench.planner import namespace_sizes  # noqa: E402
+from bench.scratch import after_copy, setup_django  # noqa: E402
 
 SEED = 20260302
 GIB = 1024**3
 STAMP = "2026-01-01T00:00:00Z"
 PROJECT_NAMESPACE_ID_BASE = 10_000_000
 PROJECTS_PER_INDEX = 400
-
-
-def scratch_url(url: str) -> tuple[str, str]:
-    parts = urlsplit(url)
-    name = parts.path.lstrip("/") + "_dashboard_bench"
-    return urlunsplit(parts._replace(path=f"/{name}")), name
 
 
 def seed(url: str, *, nodes: int, namespaces: int, projects: int, unplaced: int) -> dict:
@@ -215,22 +207,20 @@ def seed(url: str, *, nodes: int, namespaces: int, projects: int, unplaced: int)
                     (1 + t % nodes, t + 1, t + 1, 0, states[t % len(states)], STAMP, STAMP, STAMP)
                 )
                 rows["tasks"] += 1
-        for table in (
-            "namespaces",
-            "projects",
-            "project_statistics",
-            "zoekt_enabled_namespaces",
-            "zoekt_nodes",
-            "zoekt_replicas",
-            "zoekt_indices",
-            "zoekt_repositories",
-        ):
-            cursor.execute(
-                f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), "
-                f"(SELECT max(id) FROM {table}))"
-            )
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("VACUUM ANALYZE")
+        after_copy(
+            url,
+            cursor,
+            (
+                "namespaces",
+                "projects",
+                "project_statistics",
+                "zoekt_enabled_namespaces",
+                "zoekt_nodes",
+                "zoekt_replicas",
+                "zoekt_indices",
+                "zoekt_repositories",
+            ),
+        )
     return {
         "nodes": nodes,
         "namespaces": namespaces,
@@ -332,19 +322,10 @@ def main() -> int:
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
 
-    url, name = scratch_url(os.environ["DATABASE_URL"])
-    print(f"scratch database {name}", file=sys.stderr)
-    recreate_database(url, name)
-    os.environ["DATABASE_URL"] = url
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "zoekt.settings")
-    os.environ.setdefault("LOG_LEVEL", "WARNING")  # the plan records are not shown
-    import django
-
-    django.setup()
+    # Logs at WARNING: the plan records are not shown.
+    url, _ = setup_django("dashboard_bench")
     from django.core.cache import cache
-    from django.core.management import call_command
 
-    call_command("migrate", verbosity=0)
     cache.clear()
     print(
         f"seeding {args.nodes} nodes, {args.namespaces:,} namespaces, {args.projects:,} projects",

@@ -38,13 +38,17 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import jwt
 import psycopg
 import requests
 
 ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from bench.scratch import recreate_database, scratch_database_url  # noqa: E402
+
 GIB = 1024**3
 
 
@@ -270,20 +274,6 @@ def open_loop(base, secret, uuids, interval, seconds, processes) -> dict:
 # ----------------------------------------------------------------------------
 
 
-def bench_database_url(url: str) -> tuple[str, str]:
-    parts = urlsplit(url)
-    name = parts.path.lstrip("/") + "_bench"
-    return urlunsplit(parts._replace(path=f"/{name}")), name
-
-
-def recreate_database(url: str, name: str) -> None:
-    parts = urlsplit(url)
-    admin = urlunsplit(parts._replace(path="/postgres"))
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}"')
-
-
 def preregister(url: str, count: int) -> list[str]:
     """Insert the node pool directly; their rows are old enough to be written on first sight."""
     uuids = [str(uuid.uuid4()) for _ in range(count)]
@@ -360,7 +350,7 @@ def main() -> int:
     parser.add_argument("--json", type=Path, help="write the results here")
     args = parser.parse_args()
 
-    url, name = bench_database_url(os.environ["DATABASE_URL"])
+    url, name = scratch_database_url(os.environ["DATABASE_URL"], "bench")
     print(f"scratch database {name}", file=sys.stderr)
     recreate_database(url, name)
     env = {

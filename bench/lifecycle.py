@@ -53,19 +53,14 @@ sys.path.insert(0, str(ROOT))
 
 import psycopg  # noqa: E402
 
-from bench.heartbeat import free_port, recreate_database, start_server  # noqa: E402
+from bench.heartbeat import free_port, start_server  # noqa: E402
+from bench.scratch import recreate_database, scratch_database_url  # noqa: E402
 
 KIB = 1024
 MIB = 1024**2
 # Rows per table per catalog request. The API takes 10,000, but such a body is past Django's
 # DATA_UPLOAD_MAX_MEMORY_SIZE (2.5 MiB), which answers 400; 4,000 rows stay under it.
 CATALOG_ROWS = 4_000
-
-
-def scratch_database_url(url: str) -> tuple[str, str]:
-    parts = urlsplit(url)
-    name = parts.path.lstrip("/") + "_lifecycle"
-    return urlunsplit(parts._replace(path=f"/{name}")), name
 
 
 def repository_size(project_id: int) -> int:
@@ -163,7 +158,7 @@ def main() -> int:
     parser.add_argument("--json", type=Path, help="write the results here")
     args = parser.parse_args()
 
-    url, name = scratch_database_url(os.environ["DATABASE_URL"])
+    url, name = scratch_database_url(os.environ["DATABASE_URL"], "lifecycle")
     print(f"scratch database {name}", file=sys.stderr)
     recreate_database(url, name)
     queue = f"bench-lifecycle-{uuid.uuid4().hex[:8]}"

@@ -46,7 +46,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
 sys.path.insert(0, str(ROOT))
 
-from bench.heartbeat import bench_database_url, recreate_database  # noqa: E402
+from bench.scratch import after_copy, setup_django  # noqa: E402
 
 SEED = 20260301
 FILL = 0.7
@@ -165,19 +165,17 @@ def seed(url: str, *, namespaces: int, projects: int, nodes: int) -> dict:
                         STAMP,
                     )
                 )
-        for table in (
-            "namespaces",
-            "projects",
-            "project_statistics",
-            "zoekt_enabled_namespaces",
-            "zoekt_nodes",
-        ):
-            cursor.execute(
-                f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), "
-                f"(SELECT max(id) FROM {table}))"
-            )
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("VACUUM ANALYZE")
+        after_copy(
+            url,
+            cursor,
+            (
+                "namespaces",
+                "projects",
+                "project_statistics",
+                "zoekt_enabled_namespaces",
+                "zoekt_nodes",
+            ),
+        )
     return {
         "namespaces": namespaces,
         "projects": projects,
@@ -305,18 +303,7 @@ def main() -> int:
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
 
-    url, name = bench_database_url(os.environ["DATABASE_URL"])
-    print(f"scratch database {name}", file=sys.stderr)
-    recreate_database(url, name)
-    os.environ["DATABASE_URL"] = url
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "zoekt.settings")
-    os.environ.setdefault("LOG_LEVEL", "INFO")
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
+    url, _ = setup_django("bench", log_level="INFO")
     # The plan record is rendered (its cost is in the "log" phase) but not shown.
     devnull = open(os.devnull, "w")  # noqa: SIM115
     for handler in logging.getLogger().handlers:

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -16,27 +14,13 @@ GIB = 1024**3
 
 
 def setup_django(suffix: str) -> str:
-    """Point Django at a fresh scratch database ``<DATABASE_URL name>_<suffix>``, migrated.
+    """A fresh, migrated scratch database ``<DATABASE_URL name>_<suffix>``; returns its name.
 
-    Returns the database name. Logs below WARNING are not shown (a replay
-    runs thousands of jobs).
+    Logs below WARNING are not shown (a replay runs thousands of jobs).
     """
-    from bench.heartbeat import recreate_database
+    from bench import scratch
 
-    parts = urlsplit(os.environ["DATABASE_URL"])
-    name = parts.path.lstrip("/") + f"_{suffix}"
-    url = urlunsplit(parts._replace(path=f"/{name}"))
-    print(f"scratch database {name}", file=sys.stderr)
-    recreate_database(url, name)
-    os.environ["DATABASE_URL"] = url
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "zoekt.settings")
-    os.environ.setdefault("LOG_LEVEL", "WARNING")
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
+    _, name = scratch.setup_django(suffix)
     clear_cache()
     return name
 
