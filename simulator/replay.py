@@ -253,12 +253,7 @@ class Replay:
         """Set application settings (``zoekt_*`` columns) as an operator would."""
         from zoekt import app_settings
 
-        row = app_settings.load_row()
-        for name, value in values.items():
-            setattr(row, name, value)
-        row.full_clean()
-        row.save()
-        app_settings.invalidate()
+        app_settings.update(validate=True, **values)
 
     def load_catalog(self, namespaces: list, projects: list, statistics: list) -> dict:
         from zoekt import operator_actions

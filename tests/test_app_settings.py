@@ -53,11 +53,7 @@ def row_values() -> dict:
     return ApplicationSetting.objects.filter(pk=1).values().get()
 
 
-def set_setting(**values) -> None:
-    row = app_settings.load_row()
-    for field, value in values.items():
-        setattr(row, field, value)
-    row.save()
+set_setting = app_settings.update
 
 
 # --- defaults ------------------------------------------------------------------------------------
@@ -428,3 +424,18 @@ def test_there_is_only_ever_one_settings_row():
     with pytest.raises(IntegrityError), transaction.atomic():
         ApplicationSetting.objects.create(id=2)
     assert list(ApplicationSetting.objects.values_list("pk", flat=True)) == [1]
+
+
+def test_update_saves_and_drops_the_cached_copy():
+    assert app_settings.current().memory_ratio == 0.5
+    app_settings.update(zoekt_memory_ratio=0.75)
+    assert app_settings.current().memory_ratio == 0.75
+
+
+def test_update_with_validation_refuses_a_bad_value_and_saves_nothing():
+    from django.core.exceptions import ValidationError
+
+    with pytest.raises(ValidationError) as raised:
+        app_settings.update(validate=True, zoekt_memory_ratio=0)
+    assert "zoekt_memory_ratio" in raised.value.message_dict
+    assert app_settings.load_row().zoekt_memory_ratio == 0.5

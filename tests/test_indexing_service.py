@@ -34,11 +34,7 @@ from zoekt.scheduling.tasks import index_project_task
 pytestmark = pytest.mark.django_db
 
 
-def set_setting(**values) -> None:
-    row = app_settings.load_row()
-    for field, value in values.items():
-        setattr(row, field, value)
-    row.save()
+set_setting = app_settings.update
 
 
 def index_with_free_gib(replica, free_gib: int, **kwargs) -> Index:

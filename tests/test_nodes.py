@@ -25,11 +25,7 @@ def node_with_usable_storage(gib: int, **kwargs) -> Node:
     return NodeFactory(total_bytes=gib * GIB, used_bytes=0, indexed_bytes=0, **kwargs)
 
 
-def set_setting(**values) -> None:
-    row = app_settings.load_row()
-    for field, value in values.items():
-        setattr(row, field, value)
-    row.save()
+set_setting = app_settings.update
 
 
 def pks(queryset) -> list[int]:

@@ -41,11 +41,7 @@ def pks(queryset) -> set[int]:
     return set(queryset.values_list("pk", flat=True))
 
 
-def set_setting(**values) -> None:
-    row = app_settings.load_row()
-    for field, value in values.items():
-        setattr(row, field, value)
-    row.save()
+set_setting = app_settings.update
 
 
 # --- do_update_replica_states --------------------------------------------------------------------

@@ -21,11 +21,7 @@ from zoekt.models import Node
 pytestmark = pytest.mark.django_db
 
 
-def set_setting(**values) -> None:
-    row = app_settings.load_row()
-    for name, value in values.items():
-        setattr(row, name, value)
-    row.save()
+set_setting = app_settings.update
 
 
 def enabled(replicas: int = 0, **kwargs):

@@ -35,11 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.django_db
 
 
-def set_setting(**values) -> None:
-    row = app_settings.load_row()
-    for name, value in values.items():
-        setattr(row, name, value)
-    row.save()
+set_setting = app_settings.update
 
 
 def node(unclaimed: int, name: str, **kwargs) -> Node:

@@ -133,6 +133,19 @@ def load_row():
     return row
 
 
+def update(validate: bool = False, **values) -> None:
+    """Set columns of the settings row and save it (the save drops every cached copy).
+
+    ``validate`` runs the model's validation first, as the admin form does.
+    """
+    row = load_row()
+    for name, value in values.items():
+        setattr(row, name, value)
+    if validate:
+        row.full_clean()
+    row.save()
+
+
 # A one-second memo in each process on top of Redis: the heartbeat reads the
 # settings on every request, and a change still reaches every process within
 # a second of the row being saved (the save drops the Redis entry at once).

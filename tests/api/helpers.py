@@ -122,11 +122,7 @@ class NodeAPI:
         return self.post(callback_url(node_uuid), body, **kwargs)
 
 
-def set_app_setting(**values) -> None:
-    row = app_settings.load_row()
-    for field, value in values.items():
-        setattr(row, field, value)
-    row.save()
+set_app_setting = app_settings.update
 
 
 def make_repository(index: Index, *, project: Project | None = None, **kwargs) -> Repository:

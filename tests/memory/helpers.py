@@ -22,11 +22,7 @@ GIB = 1024**3
 GATED_VERSION = "v1.16.2"
 
 
-def set_setting(**values: Any) -> None:
-    row = app_settings.load_row()
-    for name, value in values.items():
-        setattr(row, name, value)
-    row.save()
+set_setting = app_settings.update
 
 
 def webserver(

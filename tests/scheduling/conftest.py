@@ -7,12 +7,7 @@ import pytest
 from zoekt import app_settings
 from zoekt.scheduling.service import SchedulingService
 
-
-def set_setting(**values) -> None:
-    row = app_settings.load_row()
-    for field, value in values.items():
-        setattr(row, field, value)
-    row.save()
+set_setting = app_settings.update
 
 
 @pytest.fixture
