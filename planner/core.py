@@ -58,7 +58,6 @@ from planner.plan import (
     MEMORY_INDEX_LIMIT_REACHED,
     MEMORY_NODE_EXHAUSTED,
     MEMORY_PLACEMENT_ABANDONED,
-    NODE_REUSED_IN_NAMESPACE,
     NODE_UNAVAILABLE,
     UNCHANGED,
     Decision,
@@ -278,6 +277,12 @@ class _Run:
         self, scenario: Scenario, *, record_decisions: bool, memory_aware: bool = True
     ) -> None:
         self.node_ids = [node.id for node in scenario.nodes]
+        self.position_of = {node_id: pos for pos, node_id in enumerate(self.node_ids)}
+        #: Node names by position when any node has one (the plan then
+        #: carries them), else ``None``.
+        self.names: list[str | None] | None = None
+        if any(node.name is not None for node in scenario.nodes):
+            self.names = [node.name for node in scenario.nodes]
         #: Live unclaimed bytes per candidate position (the disk dimension).
         #: The node of a replica's open index is brought up to date lazily
         #: (``_write``) before anything reads it.
@@ -323,7 +328,6 @@ class _Run:
         self.fit_both = _FitBoth(self.disk, self.mem, self.factor, self.memory_ratio)
         self.exhausted = _Exhausted(self.first_fit, self.fit_both)
         self.undo_decisions = 0
-        self.position_of = {node_id: pos for pos, node_id in enumerate(self.node_ids)}
         #: The largest repository size placed in the run (for the bounds;
         #: scaled size and estimate are both monotone in it).
         self.largest_repository = 0
@@ -397,6 +401,8 @@ class _Run:
             return
         if existing == desired:
             return
+        exhausted = self.exhausted
+        self._exclude_existing(namespace)
         if self.memory and namespace.projects:
             self._plan_namespace_memory(ns_plan, namespace, desired - existing)
             return
@@ -411,19 +417,27 @@ class _Run:
                     sizes = [p.repository_size * num for p in projects]
                 else:
                     sizes = [-(-p.repository_size * num // den) for p in projects]
-                missing = desired - existing
-                for replica_idx in range(missing):
-                    self._simulate_replica(
-                        ns_plan, replica_idx, pnids, pids, sizes, more=replica_idx < missing - 1
-                    )
+                total = sum(sizes)
+                for replica_idx in range(desired - existing):
+                    self._simulate_replica(ns_plan, replica_idx, pnids, pids, sizes, total)
             else:
                 for replica_idx in range(desired - existing):
                     self._empty_replica(ns_plan, replica_idx)
         finally:
-            self.exhausted.release()
+            exhausted.release()
         if len(ns_plan.errors) > 1:
             # GitLab keeps the unique errors, first occurrence first.
             ns_plan.errors = list(dict.fromkeys(ns_plan.errors))
+
+    def _exclude_existing(self, namespace: Namespace) -> None:
+        """One index per namespace and node: the nodes that hold an index of
+        the namespace already are excluded from every search of its plan."""
+        exhausted = self.exhausted
+        position_of = self.position_of
+        for node_id in namespace.existing_node_ids:
+            position = position_of.get(node_id)
+            if position is not None:
+                exhausted.add(position)
 
     # ------------------------------------------------------------------ #
 
@@ -434,33 +448,41 @@ class _Run:
         pnids: list[int],
         pids: list[int],
         sizes: list[int],
-        *,
-        more: bool,
+        total: int,
     ) -> None:
-        """Plan one replica; ``more`` when another replica of the namespace follows."""
+        """Plan one replica by the disk rule (GitLab's newest planner).
+
+        Before each project the index cap is checked; a project that fits the
+        replica's last index joins it with no node search; otherwise a new
+        index opens on the first candidate with room that holds no index of
+        the namespace (existing, of a replica planned earlier in this run, or
+        of this replica), and that node is excluded at once.
+        """
         disk = self.disk
         write = self._write
         find = self.first_fit.find
         exhausted = self.exhausted
         cap = self.cap
         namespace_id = ns_plan.namespace_id
-        errors = ns_plan.errors
+        node_ids = self.node_ids
+        names = self.names
         indices: list[PlannedIndex] = []
+        n = len(sizes)
 
         last: PlannedIndex | None = None
         last_pos = -1
         last_max: int | float = -1  # no last index: nothing fits it
         last_req = 0
         last_to = 0
-        first_pos = -1
-        gated = False  # the last index is not the first: its node is exhausted
-        gate_ok: int | float = -1  # largest size known to pass the gate
-        gate_fail: int | float = _INF  # smallest size known to fail it (or find nothing)
+        # Within a namespace's plan room only shrinks and exclusions only
+        # grow: a size the search could not place fails for good.
+        search_fail: int | float = _INF
 
-        for k in range(len(sizes)):
+        k = 0
+        while k < n:
             size = sizes[k]
             if len(indices) >= cap:
-                errors.append(
+                ns_plan.errors.append(
                     PlanIssue(
                         namespace_id,
                         replica_idx,
@@ -469,41 +491,22 @@ class _Run:
                     )
                 )
                 break
-
             if last_req + size <= last_max:
-                # Fits the last index. GitLab still asks find_best_node first
-                # and fails the project if no candidate has room (10.1, 10.3).
-                if gated and size > gate_ok:
-                    if size < gate_fail and find(size) is not None:
-                        gate_ok = size
-                    else:
-                        if size < gate_fail:
-                            gate_fail = size
-                        write(last_pos, last_max - last_req)
-                        self._unavailable(
-                            ns_plan,
-                            replica_idx,
-                            len(indices),
-                            pids[k],
-                            pnids[k],
-                            size,
-                            fits_last_index_node_id=self.node_ids[last_pos],
-                        )
-                        continue
+                # The fit test comes before the node search.
                 last_req += size
                 last_to = pnids[k]
+                k += 1
                 continue
 
             # A new index (or the replica's first) on the first-fit node.
             if last is not None:
                 write(last_pos, last_max - last_req)
-            position = find(size) if size < gate_fail else None
+            position = find(size) if size < search_fail else None
             if position is None:
-                # Room only shrinks within a namespace plan: a bigger project
-                # cannot pass where this one failed.
-                if size < gate_fail:
-                    gate_fail = size
+                if size < search_fail:
+                    search_fail = size
                 self._unavailable(ns_plan, replica_idx, len(indices), pids[k], pnids[k], size)
+                k += 1
                 continue
             if self.log is not None:
                 self.decisions.append(
@@ -521,25 +524,16 @@ class _Run:
                 )
             max_bytes = disk[position]
             if last is None:
-                index = PlannedIndex(
-                    self.node_ids[position], namespace_id, None, None, 0, max_bytes
-                )
-                first_pos = position
+                index = PlannedIndex(node_ids[position], namespace_id, None, None, 0, max_bytes)
             else:
                 last.required_storage_bytes = last_req
                 last.project_namespace_id_to = last_to
                 index = PlannedIndex(
-                    self.node_ids[position], namespace_id, last_to + 1, None, 0, max_bytes
+                    node_ids[position], namespace_id, last_to + 1, None, 0, max_bytes
                 )
-                if position == first_pos:
-                    errors.append(
-                        _node_reused_issue(
-                            namespace_id, replica_idx, len(indices), self.node_ids[position]
-                        )
-                    )
-                # GitLab exhausts the *new* node of a second-or-later index (10.1).
-                exhausted.add(position)
-                gated = True
+            if names is not None:
+                index.node_name = names[position]
+            exhausted.add(position)
             indices.append(index)
             self.node_indices[position].append(index)
             last = index
@@ -547,19 +541,18 @@ class _Run:
             last_max = max_bytes
             last_req = size
             last_to = pnids[k]
-            # A node took bytes and maybe joined the exhausted set: what
-            # passed the gate may no longer pass. (What failed still fails.)
-            gate_ok = -1
+            if k == 0 and cap > 1 and total <= max_bytes:
+                # Everything fits the first index: every project joins it, as
+                # it would one by one.
+                last_req = total
+                last_to = pnids[-1]
+                break
+            k += 1
 
         if last is not None:
             last.required_storage_bytes = last_req
             last.project_namespace_id_to = None
             write(last_pos, last_max - last_req)
-            # The replica's nodes are exhausted for the namespace's later
-            # replicas (the later indices' nodes already are). Nothing reads
-            # the set after the last replica, so skip the bookkeeping then.
-            if more:
-                exhausted.add(first_pos)
         ns_plan.replicas.append(ReplicaPlan(indices))
 
     # ------------------------------------------------------------------ #
@@ -603,7 +596,7 @@ class _Run:
         if missing == 1:
             try:
                 largest = self._simulate_replica_memory(
-                    ns_plan, 0, data[0], data[1], sizes, rsizes, total, False, aware
+                    ns_plan, 0, data[0], data[1], sizes, rsizes, total, aware
                 )
             finally:
                 self.exhausted.release()
@@ -615,6 +608,7 @@ class _Run:
             ns_plan.replicas = []
             ns_plan.errors = []
             ns_plan.warnings = []
+            self._exclude_existing(namespace)
             largest = self._simulate_replicas(ns_plan, data, missing, False)
             if not ns_plan.errors:
                 ns_plan.warnings.append(
@@ -649,10 +643,10 @@ class _Run:
         simulate = self._simulate_replica_memory
         try:
             if missing == 1:
-                return simulate(ns_plan, 0, *data, False, aware)
+                return simulate(ns_plan, 0, *data, aware)
             largest = 0
             for replica_idx in range(missing):
-                biggest = simulate(ns_plan, replica_idx, *data, replica_idx < missing - 1, aware)
+                biggest = simulate(ns_plan, replica_idx, *data, aware)
                 if biggest < 0 or largest < 0:
                     largest = -1
                 elif biggest > largest:
@@ -708,7 +702,6 @@ class _Run:
         sizes: list[int],
         rsizes: list[int] | None,
         total: int | float,
-        more: bool,
         aware: bool,
     ) -> int:
         """Plan one replica with the memory dimension on.
@@ -745,13 +738,10 @@ class _Run:
         last_lim: int | float = -1  # min(last_max, memory limit × num) (integral factor)
         last_req = 0
         last_to = 0
-        first_pos = -1
         last_r = 0  # fractional factor only: repository bytes in the last index
         last_rlim: int | float = _INF  # repository bytes the memory limit allows
         last_mopen: int | float = 0  # the node's unclaimed memory when the index opened
-        gated = False
-        gate_ok: int | float = -1
-        gate_fail: int | float = _INF
+        search_fail: int | float = _INF  # smallest size the disk search could not place
 
         for k in range(n):
             size = sizes[k]
@@ -784,7 +774,6 @@ class _Run:
                         _Projects(pnids, pids, sizes, rsizes, num),
                         k,
                         last_pos,
-                        first_pos,
                         index_r,
                         last_mopen,
                         len(indices),
@@ -835,15 +824,6 @@ class _Run:
                         # The first node with room in both dimensions: GitLab's own
                         # first fit whenever that node has the memory too.
                         position = fit_both(r)
-                        if (
-                            position == first_pos
-                            and position is not None
-                            and find(size) != first_pos
-                        ):
-                            # Only GitLab's own choice may reuse the replica's first node
-                            # (and fail on it, 10.1); a memory-steered choice never does.
-                            exhausted.add_memory(first_pos)
-                            position = fit_both(r)
                         if position is None:
                             # No usable node has both: the disk-only choice, with a warning.
                             if notes is None:
@@ -864,10 +844,10 @@ class _Run:
                                 skipped.append(k)
                                 continue
                     elif position < 0:
-                        position = find(size) if size < gate_fail else None
+                        position = find(size) if size < search_fail else None
                         if position is None:
-                            if size < gate_fail:
-                                gate_fail = size
+                            if size < search_fail:
+                                search_fail = size
                             self._unavailable(
                                 ns_plan,
                                 replica_idx,
@@ -875,7 +855,6 @@ class _Run:
                                 pids[k],
                                 pnids[k],
                                 size,
-                                exhausted=exhausted.frozen_disk(),
                             )
                             if skipped is None:
                                 skipped = []
@@ -909,7 +888,6 @@ class _Run:
                             0,
                             None if ceiling == _INF else ceiling,
                         )
-                        first_pos = position
                     else:
                         last.required_storage_bytes = last_req
                         last.estimated_memory_bytes = -(
@@ -926,17 +904,10 @@ class _Run:
                             0,
                             None if ceiling == _INF else ceiling,
                         )
-                        if position == first_pos:
-                            ns_plan.errors.append(
-                                _node_reused_issue(
-                                    ns_plan.namespace_id,
-                                    replica_idx,
-                                    len(indices),
-                                    self.node_ids[position],
-                                )
-                            )
-                        exhausted.add(position)
-                        gated = True
+                    if self.names is not None:
+                        index.node_name = self.names[position]
+                    # One index per namespace and node, from the first index on.
+                    exhausted.add(position)
                     indices.append(index)
                     self.node_indices[position].append(index)
                     last = index
@@ -955,7 +926,6 @@ class _Run:
                             last_rlim = room * md // mn if room >= 0 else -1
                             if last_rlim * num < max_bytes and not nonlinear:
                                 last_lim = last_rlim * num
-                    gate_ok = -1
                     if k == 0 and n > 1 and cap > 1 and total <= last_lim:
                         # The replica's first index has no gate: if everything fits it
                         # (the namespace's total size), every project joins it, as
@@ -965,33 +935,7 @@ class _Run:
                         break
                     continue
 
-            # Joins the last index, after GitLab's gate (10.1, 10.3).
-            if gated and size > gate_ok:
-                if size < gate_fail and find(size) is not None:
-                    gate_ok = size
-                else:
-                    if size < gate_fail:
-                        gate_fail = size
-                    mn, md = self.memory_ratio
-                    self._write_both(
-                        last_pos,
-                        last_max - last_req,
-                        last_mopen - -(-(last_r if nonlinear else last_req // num) * mn // md),
-                    )
-                    self._unavailable(
-                        ns_plan,
-                        replica_idx,
-                        len(indices),
-                        pids[k],
-                        pnids[k],
-                        size,
-                        fits_last_index_node_id=self.node_ids[last_pos],
-                        exhausted=self.exhausted.frozen_disk(),
-                    )
-                    if skipped is None:
-                        skipped = []
-                    skipped.append(k)
-                    continue
+            # Joins the last index (the fit test comes before any node search).
             last_req += size
             last_to = pnids[k]
             if nonlinear:
@@ -1008,8 +952,6 @@ class _Run:
                 last_max - last_req,
                 last_mopen - estimate,
             )
-            if more:
-                self.exhausted.add(first_pos)
         ns_plan.replicas.append(ReplicaPlan(indices))
         if notes:
             self._warn(ns_plan, replica_idx, indices, notes)
@@ -1082,8 +1024,6 @@ class _Run:
                 {DISK: size, MEMORY: self._estimate(r)} if memory else {DISK: size},
                 position,
                 exhausted.frozen(),
-                None,
-                exhausted.frozen_memory(),
                 cause,
                 warning,
             )
@@ -1094,7 +1034,6 @@ class _Run:
         data: _Projects,
         k: int,
         last_pos: int,
-        first_pos: int,
         last_r: int,
         last_mopen: int | float,
         n_indices: int,
@@ -1123,8 +1062,6 @@ class _Run:
         # How many more indices the cap allows without GitLab's cap error
         # (10.4: a replica at the cap fails on its next project).
         cap_left = self.cap - n_indices - (1 if k < len(data.sizes) - 1 else 0)
-        exhausted.add_memory(last_pos)
-        exhausted.add_memory(first_pos)
         here = f"index {n_indices - 1} on node {node_ids[last_pos]}"
 
         if estimate(last_r + r) > last_mopen:
@@ -1159,11 +1096,10 @@ class _Run:
         disk = self.disk
         mem = self.mem
         positions = exhausted.positions
-        memory_only = exhausted.memory_only
         first = -1
         usable = 0
         for p in range(len(disk)):
-            if disk[p] >= size and mem[p] >= mm and p not in positions and p not in memory_only:
+            if disk[p] >= size and mem[p] >= mm and p not in positions:
                 usable += 1
                 if first < 0:
                     first = p
@@ -1217,23 +1153,8 @@ class _Run:
         return (_OPEN, first, CAUSE_MEMORY_CEILING)
 
     def _disk_only_choice(self, size: int) -> int | None:
-        """The first candidate with the disk room that the namespace may still use.
-
-        Like find_best_node by disk alone, but also skipping the nodes a
-        memory-driven split excluded (a new index there would share a node
-        with the replica).
-        """
-        first_fit = self.first_fit
-        memory_only = self.exhausted.memory_only
-        position = first_fit.find(size)
-        blocked = []
-        while position is not None and position in memory_only:
-            first_fit.block(position)
-            blocked.append(position)
-            position = first_fit.find(size)
-        for p in blocked:
-            first_fit.unblock(p)
-        return position
+        """The first candidate with the disk room that the namespace may still use."""
+        return self.first_fit.find(size)
 
     def _warn(
         self,
@@ -1267,59 +1188,46 @@ class _Run:
         project_namespace_id: int,
         size: int,
         *,
-        fits_last_index_node_id: int | None = None,
-        exhausted: frozenset[int] | None = None,
         memory: int | None = None,
     ) -> None:
-        """A ``node_unavailable`` error (GitLab's). The keywords are the memory dimension's.
+        """A ``node_unavailable`` error, in GitLab's two wordings.
 
-        ``exhausted``: the set the failed search used (GitLab's disk set for
-        its own searches); ``memory``: the search also asked for this much
-        memory (then the full set, memory exclusions included, applied).
+        ``memory``: the failed search also asked for this much estimated
+        memory (the memory dimension's record of what was requested).
         """
-        ns_plan.errors.append(
-            PlanIssue(
-                ns_plan.namespace_id,
-                replica_idx,
-                NODE_UNAVAILABLE,
-                f"No node can accommodate project {project_id} with size {size}",
+        if max(self.disk, default=_NEG) >= size:
+            # Some node has the room, but every such node already holds an
+            # index of this namespace.
+            details = (
+                f"Every node with capacity for project {project_id} with size {size} "
+                "already holds an index for this namespace"
             )
+        else:
+            details = f"No node can accommodate project {project_id} with size {size}"
+        ns_plan.errors.append(
+            PlanIssue(ns_plan.namespace_id, replica_idx, NODE_UNAVAILABLE, details)
         )
         if self.log is not None:
-            if memory is None:
-                self.decisions.append(
-                    Decision(
-                        NO_NODE,
-                        ns_plan.namespace_id,
-                        replica_idx,
-                        index_idx,
-                        project_id,
-                        project_namespace_id,
-                        {DISK: size},
-                        None,
-                        self.exhausted.frozen() if exhausted is None else exhausted,
-                        fits_last_index_node_id,
-                    )
+            self.decisions.append(
+                Decision(
+                    NO_NODE,
+                    ns_plan.namespace_id,
+                    replica_idx,
+                    index_idx,
+                    project_id,
+                    project_namespace_id,
+                    {DISK: size} if memory is None else {DISK: size, MEMORY: memory},
+                    None,
+                    self.exhausted.frozen(),
                 )
-            else:
-                self.decisions.append(
-                    Decision(
-                        NO_NODE,
-                        ns_plan.namespace_id,
-                        replica_idx,
-                        index_idx,
-                        project_id,
-                        project_namespace_id,
-                        {DISK: size, MEMORY: memory},
-                        None,
-                        self.exhausted.frozen(),
-                        fits_last_index_node_id,
-                        self.exhausted.frozen_memory(),
-                    )
-                )
+            )
 
     def _empty_replica(self, ns_plan: NamespacePlan, replica_idx: int) -> None:
-        """One index with no projects on the roomiest usable node (first on ties)."""
+        """One index with no projects on the roomiest usable node (first on ties).
+
+        Usable: not negative, and holding no index of the namespace (existing
+        or planned in this run).
+        """
         disk = self.disk
         exhausted = self.exhausted
         best = -1
@@ -1353,12 +1261,14 @@ class _Run:
             )
             return
         index = PlannedIndex(self.node_ids[best], ns_plan.namespace_id, None, None, 0, disk[best])
+        if self.names is not None:
+            index.node_name = self.names[best]
         if self.memory:
             # No projects, no estimated memory; the node's ceiling is shown as is.
             index.estimated_memory_bytes = 0
             ceiling = self.ceilings[best]
             index.max_memory_bytes = None if ceiling == _INF else ceiling
-        self.node_indices[best].append(index)
+        # As in GitLab, the empty index claims nothing and is not listed on its node.
         exhausted.add(best)
         ns_plan.replicas.append(ReplicaPlan([index]))
 
@@ -1372,8 +1282,15 @@ class _Run:
         groups = {CREATE: create, DESTROY: destroy, UNCHANGED: unchanged}
         for ns_plan in self.plans:
             (failures if ns_plan.errors else groups[ns_plan.action]).append(ns_plan)
+        names = self.names
         nodes = [
-            NodeChange(self.node_ids[pos], self.before[pos], self.disk[pos], indices)
+            NodeChange(
+                self.node_ids[pos],
+                self.before[pos],
+                self.disk[pos],
+                indices,
+                name=None if names is None else names[pos],
+            )
             for pos, indices in enumerate(self.node_indices)
             if indices
         ]
@@ -1400,6 +1317,7 @@ class _Run:
             namespaces_in_order=self.plans,
             log=self.log,
             bounds=bounds,
+            named=names is not None,
         )
 
 
@@ -1466,36 +1384,23 @@ def _bounds(
     return bounds_entry(lower, utilization)
 
 
-def _node_reused_issue(namespace_id: int, replica_idx: int, index_number: int, node_id: int):
-    """GitLab's 10.1 collision: a later index planned on the node of the replica's first."""
-    return PlanIssue(
-        namespace_id,
-        replica_idx,
-        NODE_REUSED_IN_NAMESPACE,
-        f"Index {index_number} of replica {replica_idx} is planned on node {node_id}, which "
-        "already holds index 0 of this replica; provisioning would violate the unique "
-        "(enabled namespace, node) index",
-    )
-
-
 class _Exhausted:
-    """One namespace plan's exhausted positions, mirrored as blocks in the first-fit tree.
+    """One namespace plan's excluded positions, mirrored as blocks in the search trees.
 
-    ``positions`` is GitLab's set (it blocks the disk tree). With the memory
-    dimension, ``memory_only`` holds the nodes a memory-driven split
-    excluded that GitLab's bookkeeping has not (yet): the memory-aware tree
-    (``both``) is blocked at both sets, the disk tree only at GitLab's.
+    A position is excluded when its node holds an index of the namespace: in
+    the database, in a replica planned earlier in the run, or in the replica
+    being planned (GitLab's newest planner; ``zoekt_indices`` is unique on
+    enabled namespace and node). Blocked in the disk tree and, with the
+    memory dimension, in the two-dimensional one.
     """
 
-    __slots__ = ("_frozen", "_frozen_memory", "both", "first_fit", "memory_only", "positions")
+    __slots__ = ("_frozen", "both", "first_fit", "positions")
 
     def __init__(self, first_fit: _FirstFit, both: _FitBoth | None = None) -> None:
         self.first_fit = first_fit
         self.both = both
         self.positions: set[int] = set()
-        self.memory_only: set[int] = set()
         self._frozen: frozenset[int] | None = frozenset()
-        self._frozen_memory: frozenset[int] | None = frozenset()
 
     def __contains__(self, position: int) -> bool:
         return position in self.positions
@@ -1505,54 +1410,22 @@ class _Exhausted:
             self.positions.add(position)
             self.first_fit.block(position)
             if self.both is not None:
-                if position in self.memory_only:
-                    self.memory_only.discard(position)
-                    self._frozen_memory = None
-                else:
-                    self.both.block(position)
+                self.both.block(position)
             self._frozen = None
 
-    def add_memory(self, position: int) -> None:
-        """Exclude a node from the namespace's memory-aware choices (not from GitLab's)."""
-        if position < 0 or position in self.positions or position in self.memory_only:
-            return
-        assert self.both is not None
-        self.memory_only.add(position)
-        self.both.block(position)
-        self._frozen = None
-        self._frozen_memory = None
-
     def frozen(self) -> frozenset[int]:
-        """Every excluded position (GitLab's and the memory-only ones)."""
+        """Every excluded position, as an immutable set (shared while it does not change)."""
         if self._frozen is None:
-            self._frozen = frozenset(self.positions | self.memory_only)
+            self._frozen = frozenset(self.positions)
         return self._frozen
 
-    def frozen_memory(self) -> frozenset[int]:
-        if self._frozen_memory is None:
-            self._frozen_memory = frozenset(self.memory_only)
-        return self._frozen_memory
-
-    def frozen_disk(self) -> frozenset[int]:
-        """GitLab's set alone (what its disk-only searches skip)."""
-        if not self.memory_only:
-            return self.frozen()
-        return frozenset(self.positions)
-
     def release(self) -> None:
-        """The namespace is planned: its exhausted nodes are candidates again."""
-        both = self.both
+        """The namespace is planned: its excluded nodes are candidates again."""
         if self.positions:
+            both = self.both
             for position in self.positions:
                 self.first_fit.unblock(position)
                 if both is not None:
                     both.unblock(position)
             self.positions.clear()
             self._frozen = frozenset()
-        if self.memory_only:
-            assert both is not None
-            for position in self.memory_only:
-                both.unblock(position)
-            self.memory_only.clear()
-            self._frozen = frozenset()
-            self._frozen_memory = frozenset()

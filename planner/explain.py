@@ -11,8 +11,7 @@ turns the explanation into lines a person reads.
 With the memory dimension on, requests and availability carry ``memory``
 next to ``disk`` (``None`` available: no budget, no limit), a new index says
 why it opened (``cause``: ``first``, ``disk``, ``memory_ceiling``,
-``memory_budget``) and which memory warning a degraded choice raised, nodes
-left by a memory-driven split are passed over as ``memory_exhausted``, and a
+``memory_budget``) and which memory warning a degraded choice raised, and a
 ``memory_overflow`` decision explains why a project stayed in an index past
 its memory limit (every candidate that could not take a new index, and the
 ones that could when the split was balanced instead).
@@ -112,7 +111,6 @@ def _explain_decision(log: DecisionLog, sequence: int) -> dict[str, Any]:
                 decision.requested,
                 available,
                 exhausted=position in decision.exhausted,
-                memory_exhausted=position in decision.memory_exhausted,
             )
             if reasons:
                 passed_over.append(_entry(node_id, reasons))
@@ -140,7 +138,6 @@ def _explain_decision(log: DecisionLog, sequence: int) -> dict[str, Any]:
                 decision.requested,
                 log.available(sequence, position),
                 exhausted=position in decision.exhausted,
-                memory_exhausted=position in decision.memory_exhausted,
             )
             passed_over.append(_entry(node_ids[position], reasons))
     out: dict[str, Any] = {
@@ -156,8 +153,6 @@ def _explain_decision(log: DecisionLog, sequence: int) -> dict[str, Any]:
     }
     if decision.kind == EMPTY_REPLICA:
         out["not_best"] = not_best
-    if decision.kind == NO_NODE:
-        out["fits_last_index_node_id"] = decision.fits_last_index_node_id
     if decision.kind == MEMORY_OVERFLOW:
         out["usable"] = usable
     if log.memory and decision.kind != EMPTY_REPLICA:
@@ -256,11 +251,6 @@ def _decision_lines(decision: dict[str, Any]) -> list[str]:
         )
         if memory is not None:
             head += f" and {memory:,} bytes of memory"
-        if decision["fits_last_index_node_id"] is not None:
-            head += (
-                f"; it fitted the last index on node {decision['fits_last_index_node_id']}, but "
-                "GitLab's gate wants another non-exhausted node with room (reference 10.1)"
-            )
     elif decision["node_id"] is not None:
         head = (
             f"  replica {decision['replica_idx']} (empty): node {decision['node_id']}, the most "

@@ -27,14 +27,10 @@ from typing import Any
 
 from planner.scenario import DISK, MEMORY
 
-#: The node already holds an index of this namespace planned in this run, in
-#: GitLab's (per namespace) exhausted set.
+#: The node already holds an index of this namespace (in the database, or
+#: planned in this run): GitLab's per-namespace exhausted set, since
+#: ``zoekt_indices`` is unique on (enabled namespace, node).
 EXHAUSTED = "exhausted"
-#: Memory dimension: the node is excluded from this namespace's memory-driven
-#: placement because it already holds one of the replica's indices (a split
-#: left it when its memory limit was hit, or it holds the replica's first
-#: index) though GitLab's disk bookkeeping has not exhausted it (yet).
-MEMORY_EXHAUSTED = "memory_exhausted"
 #: The node has less available than requested in one dimension.
 INSUFFICIENT = {DISK: "insufficient_unclaimed_storage", MEMORY: "insufficient_unclaimed_memory"}
 #: Empty replicas avoid nodes whose unclaimed storage is negative.
@@ -60,9 +56,7 @@ class Rejection:
 
     def describe(self) -> str:
         if self.reason == EXHAUSTED:
-            return "exhausted (already used by this namespace's plan)"
-        if self.reason == MEMORY_EXHAUSTED:
-            return "exhausted for the memory-driven split (holds an index of this replica)"
+            return "exhausted (already holds an index of this namespace)"
         if self.reason == NEGATIVE_UNCLAIMED:
             return f"negative unclaimed storage ({self.available:,} bytes)"
         if self.dimension is not None:
@@ -92,18 +86,12 @@ def candidate_rejections(
     available: Mapping[str, int | None],
     *,
     exhausted: bool,
-    memory_exhausted: bool = False,
 ) -> list[Rejection]:
     """GitLab's find_best_node test: not exhausted, and room in every dimension.
 
-    With the memory dimension, ``requested`` also has ``memory`` and a node
-    may be exhausted for the namespace's memory-driven split only
-    (``memory_exhausted``, reported as its own reason).
+    With the memory dimension, ``requested`` also has ``memory``.
     """
-    if memory_exhausted:
-        reasons = [Rejection(node_id, MEMORY_EXHAUSTED)]
-    else:
-        reasons = [Rejection(node_id, EXHAUSTED)] if exhausted else []
+    reasons = [Rejection(node_id, EXHAUSTED)] if exhausted else []
     reasons.extend(fit_rejections(node_id, requested, available))
     return reasons
 
@@ -130,11 +118,10 @@ def first_fit(
     candidates: Sequence[Candidate],
     requested: Mapping[str, int],
     exhausted: Collection[int],
-    memory_exhausted: Collection[int] = (),
 ) -> tuple[int | None, list[Rejection]]:
     """The first candidate (position) that passes, and why each earlier one did not.
 
-    ``exhausted`` (and ``memory_exhausted``) hold node ids. Without a passing
+    ``exhausted`` holds node ids. Without a passing
     candidate the position is ``None`` and the rejections cover every
     candidate.
     """
@@ -145,7 +132,6 @@ def first_fit(
             requested,
             candidate.available,
             exhausted=candidate.node_id in exhausted,
-            memory_exhausted=candidate.node_id in memory_exhausted,
         )
         if not reasons:
             return position, passed_over

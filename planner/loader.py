@@ -22,7 +22,13 @@ written to a file and replayed without a database.
   and its ``projects``: every project whose project namespace lies under the
   root (``namespaces.traversal_ids[1]`` is the root id, type ``Project``),
   with ``repository_size`` from ``project_statistics`` or ``null`` when the
-  project has no statistics row.
+  project has no statistics row; and its ``existing_node_ids``: every node
+  holding an index row of the enabled namespace, in any state and whether
+  or not the index still belongs to a replica (orphaned, evicted), so the
+  planner never plans a second index of the namespace on one of them
+  (``zoekt_indices`` is unique on enabled namespace and node).
+* each node carries its ``name`` (the ``name`` its metadata reports, else
+  ``null``), which the plan copies onto every index and node entry.
 * ``options``: ``buffer_factor`` is ``zoekt.buffer_factor.global_buffer_factor()``
   (an integer when integral, else the float as is: the core takes a float at
   its shortest decimal form and rounds each project's bytes up, and JSON
@@ -33,7 +39,8 @@ written to a file and replayed without a database.
   ``concurrency_factor`` the core's ``CONCURRENCY_FACTOR`` (a constant, not a
   setting).
 
-Queries: one for the existing replicas and one for the projects of every
+Queries: one for the existing replicas, one for the nodes holding the
+namespaces' indices, and one for the projects of every
 selected root, read through a server-side cursor in chunks of
 ``chunk_size`` rows (one statement, ``FETCH`` round trips of ``chunk_size``
 rows), plus the buffer factor's when its cache is cold, plus one for the
@@ -52,7 +59,7 @@ from planner.core import CONCURRENCY_FACTOR
 from planner.selection import ResourcePool, SelectedNode
 from zoekt import app_settings, capacity, memory
 from zoekt.buffer_factor import global_buffer_factor
-from zoekt.models import Replica
+from zoekt.models import Index, Replica
 
 #: Rows fetched per round trip from the projects cursor.
 DEFAULT_CHUNK_SIZE = 10_000
@@ -115,6 +122,7 @@ class ScenarioLoader:
                 "number_of_replicas": ns.number_of_replicas,
                 "existing_replicas": [],
                 "projects": [],
+                "existing_node_ids": [],
             }
             for ns in self.pool.namespaces
         ]
@@ -122,6 +130,7 @@ class ScenarioLoader:
         by_root = {ns["namespace_id"]: ns for ns in namespaces}
         if namespaces:
             self._load_existing_replicas(by_enabled)
+            self._load_existing_nodes(by_enabled)
             self._load_projects(by_root)
         settings = self.settings or app_settings.current()
         configured = settings.node_memory_budget_bytes
@@ -155,6 +164,16 @@ class ScenarioLoader:
             by_enabled[enabled_id]["existing_replicas"].append(
                 {"id": replica_id, "state": _REPLICA_STATE_NAMES[state]}
             )
+
+    def _load_existing_nodes(self, by_enabled: dict[int, dict[str, Any]]) -> None:
+        rows = (
+            Index.objects.filter(zoekt_enabled_namespace_id__in=list(by_enabled))
+            .order_by("zoekt_enabled_namespace_id", "zoekt_node_id")
+            .values_list("zoekt_enabled_namespace_id", "zoekt_node_id")
+            .distinct()
+        )
+        for enabled_id, node_id in rows:
+            by_enabled[enabled_id]["existing_node_ids"].append(node_id)
 
     def _load_projects(self, by_root: dict[int, dict[str, Any]]) -> None:
         total = len(by_root)
@@ -204,8 +223,10 @@ def node_entry(node: SelectedNode, node_memory_budget_bytes: int | None = None) 
     own_budget = None
     if node_memory_budget_bytes is not None:
         own_budget = memory.reported_memory_limit(node.metadata)
+    name = (node.metadata or {}).get("name")
     return {
         "id": node.id,
+        "name": name if isinstance(name, str) else None,
         "unclaimed_storage_bytes": node.unclaimed_storage_bytes,
         "memory_budget_bytes": own_budget,
         "process_health": process_health(node.metadata),

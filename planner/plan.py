@@ -26,9 +26,6 @@ UNCHANGED = "unchanged"
 #: Error types (stable snake_case; never renamed, only added).
 INDEX_LIMIT_EXCEEDED = "index_limit_exceeded"
 NODE_UNAVAILABLE = "node_unavailable"
-#: Ours, not GitLab's: GitLab plans this and then fails at provisioning on
-#: the unique (enabled namespace, node) index; see docs/planner.md.
-NODE_REUSED_IN_NAMESPACE = "node_reused_in_namespace"
 
 #: Warning types of the memory dimension (docs/planner.md, "Memory"). Memory
 #: never makes an error: when it cannot be satisfied the project gets the
@@ -65,8 +62,10 @@ class PlannedIndex:
     #: without a budget).
     estimated_memory_bytes: int | None = None
     max_memory_bytes: int | None = None
+    #: The node's name (serialised as ``node_name`` when the plan has names).
+    node_name: str | None = None
 
-    def to_dict(self, *, with_namespace: bool = False) -> dict[str, Any]:
+    def to_dict(self, *, with_namespace: bool = False, named: bool = False) -> dict[str, Any]:
         out: dict[str, Any] = {
             "node_id": self.node_id,
             "projects": {
@@ -79,6 +78,8 @@ class PlannedIndex:
         if self.estimated_memory_bytes is not None:
             out["estimated_memory_bytes"] = self.estimated_memory_bytes
             out["max_memory_bytes"] = self.max_memory_bytes
+        if named:
+            out["node_name"] = self.node_name
         if with_namespace:
             out["namespace_id"] = self.namespace_id
         return out
@@ -88,8 +89,8 @@ class PlannedIndex:
 class ReplicaPlan:
     indices: list[PlannedIndex] = field(default_factory=list)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"indices": [index.to_dict() for index in self.indices]}
+    def to_dict(self, *, named: bool = False) -> dict[str, Any]:
+        return {"indices": [index.to_dict(named=named) for index in self.indices]}
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,13 +145,13 @@ class NamespacePlan:
     def failed(self) -> bool:
         return bool(self.errors)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, *, named: bool = False) -> dict[str, Any]:
         out: dict[str, Any] = {
             "namespace_id": self.namespace_id,
             "enabled_namespace_id": self.enabled_namespace_id,
             "action": self.action,
             "namespace_required_storage_bytes": self.namespace_required_storage_bytes,
-            "replicas": [replica.to_dict() for replica in self.replicas],
+            "replicas": [replica.to_dict(named=named) for replica in self.replicas],
             "errors": [error.to_dict() for error in self.errors],
             "warnings": [warning.to_dict() for warning in self.warnings],
         }
@@ -178,6 +179,8 @@ class NodeChange:
     indices: list[PlannedIndex]
     #: Only with the memory dimension on.
     memory: NodeMemory | None = None
+    #: The node's name (serialised as ``name`` when the plan has names).
+    name: str | None = None
 
     @property
     def claimed_storage_bytes(self) -> int:
@@ -187,9 +190,7 @@ class NodeChange:
     def namespace_ids(self) -> list[int]:
         return sorted({index.namespace_id for index in self.indices})
 
-    def to_dict(self) -> dict[str, Any]:
-        # A stable sort: two indices of one namespace on one node (only in a
-        # failed plan) keep the order they were planned in.
+    def to_dict(self, *, named: bool = False) -> dict[str, Any]:
         ordered = sorted(self.indices, key=lambda index: index.namespace_id)
         out: dict[str, Any] = {
             "id": self.id,
@@ -197,8 +198,10 @@ class NodeChange:
             "unclaimed_storage_bytes_after": self.unclaimed_storage_bytes_after,
             "claimed_storage_bytes": self.claimed_storage_bytes,
             "namespace_ids": self.namespace_ids,
-            "indices": [index.to_dict(with_namespace=True) for index in ordered],
+            "indices": [index.to_dict(with_namespace=True, named=named) for index in ordered],
         }
+        if named:
+            out["name"] = self.name
         if self.memory is not None:
             out["memory_budget_bytes"] = self.memory.memory_budget_bytes
             out["unclaimed_memory_bytes_before"] = self.memory.unclaimed_memory_bytes_before
@@ -214,8 +217,7 @@ class Decision(NamedTuple):
     * ``new_index``: index ``index_idx`` of replica ``replica_idx`` opened on
       the candidate at ``node_position`` for the project named;
     * ``no_node``: no candidate could take the project (a ``node_unavailable``
-      error); ``fits_last_index_node_id`` is set when the project would have
-      fitted the replica's last index and only GitLab's gate refused it;
+      error);
     * ``empty_replica``: the index of an empty replica on the candidate with
       the most unclaimed storage (``node_position``), or none (``None``);
     * ``memory_overflow`` (memory dimension): project ``project_id`` stayed
@@ -225,8 +227,7 @@ class Decision(NamedTuple):
       first such project of each index is recorded.
 
     ``exhausted`` holds the candidate positions the namespace could not use
-    at that moment; ``memory_exhausted`` the subset excluded only because a
-    memory-driven split already used them. ``cause`` says why a new index
+    at that moment (they hold an index of it). ``cause`` says why a new index
     opened (``first``, ``disk``, ``memory_ceiling``, ``memory_budget``) and
     ``warning`` names the memory warning a degraded decision raised.
 
@@ -245,8 +246,6 @@ class Decision(NamedTuple):
     requested: Mapping[str, int]
     node_position: int | None
     exhausted: frozenset[int]
-    fits_last_index_node_id: int | None = None
-    memory_exhausted: frozenset[int] = frozenset()
     cause: str | None = None
     warning: str | None = None
 
@@ -294,19 +293,23 @@ class Plan:
     #: Memory dimension only: ``{"disk": {...}, "memory": {...}}``, each with
     #: ``lower_bound``, ``max_utilization`` and ``ratio`` (docs/planner.md).
     bounds: dict[str, dict[str, float | None]] | None = None
+    #: Some node of the scenario has a name: every index carries
+    #: ``node_name`` and every ``nodes`` entry ``name``.
+    named: bool = False
 
     @property
     def total_required_storage_bytes(self) -> int:
         return sum(ns.namespace_required_storage_bytes for ns in self.create)
 
     def to_dict(self) -> dict[str, Any]:
+        named = self.named
         out: dict[str, Any] = {
             "total_required_storage_bytes": self.total_required_storage_bytes,
-            "create": [ns.to_dict() for ns in self.create],
-            "destroy": [ns.to_dict() for ns in self.destroy],
-            "unchanged": [ns.to_dict() for ns in self.unchanged],
-            "nodes": [node.to_dict() for node in self.nodes],
-            "failures": [ns.to_dict() for ns in self.failures],
+            "create": [ns.to_dict(named=named) for ns in self.create],
+            "destroy": [ns.to_dict(named=named) for ns in self.destroy],
+            "unchanged": [ns.to_dict(named=named) for ns in self.unchanged],
+            "nodes": [node.to_dict(named=named) for node in self.nodes],
+            "failures": [ns.to_dict(named=named) for ns in self.failures],
         }
         if self.bounds is not None:
             out["bounds"] = {dim: dict(values) for dim, values in self.bounds.items()}

@@ -148,6 +148,9 @@ class Node:
     #: memory counterpart of the disk reservations already netted out of
     #: ``unclaimed_storage_bytes``. ``None`` is 0. Not observed RSS.
     reserved_memory_bytes: int | None = None
+    #: The node's name (its metadata's ``name``), copied into the plan as
+    #: ``node_name`` / ``name`` when any node of the scenario has one.
+    name: str | None = None
 
     @property
     def capacities(self) -> dict[str, int]:
@@ -182,6 +185,9 @@ class Namespace:
     existing_replicas: tuple[ExistingReplica, ...] = ()
     #: Sorted by ``project_namespace_id``.
     projects: tuple[Project, ...] = ()
+    #: Every node that already holds an index of the namespace, in any state
+    #: (GitLab's newest planner never places another index there).
+    existing_node_ids: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -333,6 +339,7 @@ _NODE_KEYS = (
     "memory_budget_bytes",
     "process_health",
     "reserved_memory_bytes",
+    "name",
 )
 
 
@@ -356,7 +363,10 @@ def _parse_nodes(value: Any, path: str) -> tuple[Node, ...]:
         budget = _optional_int(obj.get("memory_budget_bytes"), f"{p}.memory_budget_bytes")
         health = _parse_process_health(obj.get("process_health"), f"{p}.process_health")
         reserved = _optional_int(obj.get("reserved_memory_bytes"), f"{p}.reserved_memory_bytes")
-        nodes.append(Node(node_id, unclaimed, budget, health, reserved))
+        name = obj.get("name")
+        if name is not None and not isinstance(name, str):
+            raise ScenarioError(f"{p}.name", f"expected a string or null, got {_show(name)}")
+        nodes.append(Node(node_id, unclaimed, budget, health, reserved, name))
     return tuple(nodes)
 
 
@@ -384,6 +394,7 @@ _NAMESPACE_KEYS = (
     "number_of_replicas",
     "existing_replicas",
     "projects",
+    "existing_node_ids",
 )
 
 
@@ -414,11 +425,28 @@ def _parse_namespaces(value: Any, path: str) -> tuple[Namespace, ...]:
         seen_root[root_id] = i
         replicas = 1
         if obj.get("number_of_replicas") is not None:
-            replicas = _int(obj["number_of_replicas"], f"{p}.number_of_replicas", minimum=1)
+            # 0 is valid: every existing replica is destroyed, as in GitLab.
+            replicas = _int(obj["number_of_replicas"], f"{p}.number_of_replicas", minimum=0)
         existing = _parse_existing_replicas(obj.get("existing_replicas"), f"{p}.existing_replicas")
         projects = _parse_projects(obj.get("projects"), f"{p}.projects")
-        namespaces.append(Namespace(enabled_id, root_id, replicas, existing, projects))
+        node_ids = _parse_node_ids(obj.get("existing_node_ids"), f"{p}.existing_node_ids")
+        namespaces.append(Namespace(enabled_id, root_id, replicas, existing, projects, node_ids))
     return tuple(namespaces)
+
+
+def _parse_node_ids(value: Any, path: str) -> tuple[int, ...]:
+    if value is None:
+        return ()
+    items = _list(value, path)
+    seen: dict[int, int] = {}
+    for i, item in enumerate(items):
+        node_id = _int(item, f"{path}[{i}]", minimum=0)
+        if node_id in seen:
+            raise ScenarioError(
+                f"{path}[{i}]", f"duplicate node id {node_id} (also {path}[{seen[node_id]}])"
+            )
+        seen[node_id] = i
+    return tuple(items)
 
 
 def _parse_existing_replicas(value: Any, path: str) -> tuple[ExistingReplica, ...]:

@@ -5,8 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 
-def node(node_id: int, unclaimed: int) -> dict[str, Any]:
-    return {"id": node_id, "unclaimed_storage_bytes": unclaimed}
+def node(node_id: int, unclaimed: int, name: str | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"id": node_id, "unclaimed_storage_bytes": unclaimed}
+    if name is not None:
+        out["name"] = name
+    return out
 
 
 def namespace(
@@ -16,8 +19,13 @@ def namespace(
     *,
     replicas: int = 1,
     existing: list[tuple[int, str]] | None = None,
+    on_nodes: list[int] | None = None,
 ) -> dict[str, Any]:
-    """``projects`` as (project_namespace_id, project_id, repository_size)."""
+    """``projects`` as (project_namespace_id, project_id, repository_size).
+
+    ``on_nodes``: the nodes already holding an index of the namespace
+    (``existing_node_ids``).
+    """
     out: dict[str, Any] = {
         "enabled_namespace_id": enabled_id,
         "namespace_id": root_id,
@@ -28,6 +36,8 @@ def namespace(
             for pnid, pid, size in projects or []
         ],
     }
+    if on_nodes is not None:
+        out["existing_node_ids"] = on_nodes
     return out
 
 

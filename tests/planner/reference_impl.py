@@ -1,12 +1,13 @@
-"""A slow, literal transcription of GitLab's PlanningService (reference 5.3), for tests.
+"""A slow, literal model of GitLab's newest PlanningService, for tests.
 
-It walks the steps exactly as the reference states them, node dicts and all,
-asks ``planner.filters`` the "can it go here?" question for every candidate
-of every project, and builds the contract's JSON shape itself (not through
-``planner.plan``). The optimised ``planner.core`` must produce the same bytes.
-The only addition to GitLab is ours, documented in docs/planner.md: an index
-planned on a node that already holds an index of the namespace is recorded
-as a ``node_reused_in_namespace`` error.
+It walks the steps as ``../shared/reference/gitlab-zoekt.md`` 5.3 and
+``gitlab-planner-newest.md`` state them (one index per namespace and node,
+the fit test before the node search, empty replicas avoiding the
+namespace's nodes, the two wordings of ``node_unavailable``, node names in
+the output), node dicts and all, asks ``planner.filters`` the "can it go
+here?" question for every candidate of every project that needs a node, and
+builds the contract's JSON shape itself (not through ``planner.plan``). The
+optimised ``planner.core`` must produce the same bytes.
 """
 
 from __future__ import annotations
@@ -19,9 +20,11 @@ from planner.scenario import DISK, Scenario
 
 def reference_plan(scenario: Scenario) -> dict[str, Any]:
     options = scenario.options
+    named = any(node.name is not None for node in scenario.nodes)
     nodes = [
         {
             "id": node.id,
+            "name": node.name,
             "unclaimed": node.unclaimed_storage_bytes,
             "before": node.unclaimed_storage_bytes,
             "indices": [],
@@ -38,7 +41,9 @@ def reference_plan(scenario: Scenario) -> dict[str, Any]:
         )
         errors: list[dict[str, Any]] = []
         replicas: list[list[dict[str, Any]]] = []
-        exhausted: set[int] = set()
+        # Nodes this namespace may not use: those holding any of its indices
+        # in the database, then every node a replica of this run takes.
+        used: set[int] = set(ns.existing_node_ids)
         result: dict[str, Any] = {
             "namespace_id": ns.namespace_id,
             "enabled_namespace_id": ns.enabled_namespace_id,
@@ -62,7 +67,7 @@ def reference_plan(scenario: Scenario) -> dict[str, Any]:
             for _ in range(desired - existing):
                 if not ns.projects:
                     candidates = [Candidate(n["id"], {DISK: n["unclaimed"]}) for n in nodes]
-                    best, _ = best_for_empty_replica(candidates, exhausted)
+                    best, _ = best_for_empty_replica(candidates, used)
                     if best is None:
                         error(
                             None,
@@ -71,10 +76,9 @@ def reference_plan(scenario: Scenario) -> dict[str, Any]:
                         )
                         continue
                     node = nodes[best]
-                    index = _index(node, ns.namespace_id)
-                    node["indices"].append(index)
-                    replicas.append([index])
-                    exhausted.add(node["id"])
+                    # The empty index claims nothing and is not listed on its node.
+                    replicas.append([_index(node, ns.namespace_id)])
+                    used.add(node["id"])
                     continue
                 replica: list[dict[str, Any]] = []
                 for project in ns.projects:  # ascending project namespace id
@@ -89,46 +93,45 @@ def reference_plan(scenario: Scenario) -> dict[str, Any]:
                         )
                         break
                     size = options.scale(project.repository_size)
-                    candidates = [Candidate(n["id"], {DISK: n["unclaimed"]}) for n in nodes]
-                    position, _ = first_fit(candidates, {DISK: size}, exhausted)
-                    if position is None:
-                        error(
-                            len(replicas),
-                            "node_unavailable",
-                            f"No node can accommodate project {project.project_id} "
-                            f"with size {size}",
-                        )
-                        continue
-                    best = nodes[position]
                     last = replica[-1] if replica else None
                     if last is not None and last["required"] + size <= last["max"]:
-                        index = last
-                        assigned = by_id[last["node_id"]]
-                    else:
-                        if any(i["node_id"] == best["id"] for i in replica):
-                            error(
-                                len(replicas),
-                                "node_reused_in_namespace",
-                                f"Index {len(replica)} of replica {len(replicas)} is planned on "
-                                f"node {best['id']}, which already holds index 0 of this replica; "
-                                "provisioning would violate the unique (enabled namespace, node) "
-                                "index",
+                        # The fit test comes first: no node search.
+                        last["to"] = project.project_namespace_id
+                        last["required"] += size
+                        by_id[last["node_id"]]["unclaimed"] -= size
+                        continue
+                    excluded = used | {i["node_id"] for i in replica}
+                    candidates = [Candidate(n["id"], {DISK: n["unclaimed"]}) for n in nodes]
+                    position, _ = first_fit(candidates, {DISK: size}, excluded)
+                    if position is None:
+                        if any(n["unclaimed"] >= size for n in nodes):
+                            details = (
+                                f"Every node with capacity for project {project.project_id} "
+                                f"with size {size} already holds an index for this namespace"
                             )
-                        index = _index(best, ns.namespace_id)
-                        replica.append(index)
-                        best["indices"].append(index)
-                        assigned = best
-                        if last is not None:
-                            exhausted.add(best["id"])  # the inverted bookkeeping (10.1)
-                            index["from"] = last["to"] + 1
+                        else:
+                            details = (
+                                f"No node can accommodate project {project.project_id} "
+                                f"with size {size}"
+                            )
+                        error(len(replicas), "node_unavailable", details)
+                        continue
+                    best = nodes[position]
+                    index = _index(best, ns.namespace_id)
+                    if last is not None:
+                        index["from"] = last["to"] + 1
                     index["to"] = project.project_namespace_id
-                    index["required"] += size
-                    assigned["unclaimed"] -= size
+                    index["required"] = size
+                    best["unclaimed"] -= size
+                    best["indices"].append(index)
+                    replica.append(index)
                 if replica:
                     replica[-1]["to"] = None
                 replicas.append(replica)
-                exhausted.update(i["node_id"] for i in replica)
-        result["replicas"] = [{"indices": [_out(i) for i in replica]} for replica in replicas]
+                used.update(i["node_id"] for i in replica)
+        result["replicas"] = [
+            {"indices": [_out(i, named) for i in replica]} for replica in replicas
+        ]
         result["namespace_required_storage_bytes"] = sum(
             i["required"] for replica in replicas for i in replica
         )
@@ -152,12 +155,13 @@ def reference_plan(scenario: Scenario) -> dict[str, Any]:
         "nodes": [
             {
                 "id": n["id"],
+                **({"name": n["name"]} if named else {}),
                 "unclaimed_storage_bytes_before": n["before"],
                 "unclaimed_storage_bytes_after": n["unclaimed"],
                 "claimed_storage_bytes": sum(i["required"] for i in n["indices"]),
                 "namespace_ids": sorted({i["namespace_id"] for i in n["indices"]}),
                 "indices": [
-                    {**_out(i), "namespace_id": i["namespace_id"]}
+                    {**_out(i, named), "namespace_id": i["namespace_id"]}
                     for i in sorted(n["indices"], key=lambda i: i["namespace_id"])
                 ],
             }
@@ -170,6 +174,7 @@ def reference_plan(scenario: Scenario) -> dict[str, Any]:
 def _index(node: dict[str, Any], namespace_id: int) -> dict[str, Any]:
     return {
         "node_id": node["id"],
+        "node_name": node["name"],
         "namespace_id": namespace_id,
         "from": None,
         "to": None,
@@ -178,8 +183,8 @@ def _index(node: dict[str, Any], namespace_id: int) -> dict[str, Any]:
     }
 
 
-def _out(index: dict[str, Any]) -> dict[str, Any]:
-    return {
+def _out(index: dict[str, Any], named: bool) -> dict[str, Any]:
+    out = {
         "node_id": index["node_id"],
         "projects": {
             "project_namespace_id_from": index["from"],
@@ -188,3 +193,6 @@ def _out(index: dict[str, Any]) -> dict[str, Any]:
         "required_storage_bytes": index["required"],
         "max_storage_bytes": index["max"],
     }
+    if named:
+        out["node_name"] = index["node_name"]
+    return out

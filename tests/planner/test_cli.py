@@ -66,7 +66,10 @@ def test_explain_says_why_each_earlier_candidate_was_passed_over():
     assert done.returncode == 0, done.stderr
     text = done.stdout.decode()
     assert "replica 0 index 1: node 2" in text
-    assert "node 1 passed over: insufficient unclaimed storage (requested 50, available 10" in text
+    assert (
+        "node 1 passed over: exhausted (already holds an index of this namespace); "
+        "insufficient unclaimed storage (requested 50, available 10"
+    ) in text
 
 
 def _valid() -> dict:
@@ -144,9 +147,9 @@ BAD = [
         id="unknown replica state",
     ),
     pytest.param(
-        _set(["namespaces", 0, "number_of_replicas"], 0),
+        _set(["namespaces", 0, "number_of_replicas"], -1),
         "namespaces[0].number_of_replicas",
-        id="number_of_replicas 0",
+        id="number_of_replicas -1",
     ),
     pytest.param(
         _set(["options", "buffer_factor"], 0), "options.buffer_factor", id="buffer_factor 0"

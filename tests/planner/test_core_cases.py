@@ -55,16 +55,11 @@ CASES = [
             [namespace(10, 100, [(101, 1, 60), (102, 2, 30), (103, 3, 50), (104, 4, 20)])],
         ),
         expected(
-            failures={
-                100: {
-                    "replicas": [[(1, N, 102, 90, 100), (2, 103, N, 50, 1000)]],
-                    "errors": [(0, "node_unavailable")],
-                }
-            },
-            nodes={1: (100, 10, 90, [100]), 2: (1000, 950, 50, [100])},
+            total=160,
+            create={100: [[(1, N, 102, 90, 100), (2, 103, N, 70, 1000)]]},
+            nodes={1: (100, 10, 90, [100]), 2: (1000, 930, 70, [100])},
         ),
-        id="after a rollover the new node is exhausted, so the gate refuses a project "
-        "that fits the last index (10.1)",
+        id="a project that fits the last index joins it with no node search (fit test first)",
     ),
     pytest.param(
         scenario(
@@ -84,18 +79,66 @@ CASES = [
             [namespace(10, 100, [(101, 1, 60), (102, 2, 45), (103, 3, 30), (104, 4, 5)])],
         ),
         expected(
-            failures={
-                100: {
-                    "replicas": [
-                        [(1, N, 101, 60, 100), (2, 102, 102, 45, 50), (1, 103, N, 35, 40)]
-                    ],
-                    "errors": [(0, "node_reused_in_namespace")],
-                }
-            },
-            nodes={1: (100, 5, 95, [100]), 2: (50, 5, 45, [100])},
+            total=140,
+            create={100: [[(1, N, 101, 60, 100), (2, 102, 102, 45, 50), (3, 103, N, 35, 1000)]]},
+            nodes={1: (100, 40, 60, [100]), 2: (50, 5, 45, [100]), 3: (1000, 965, 35, [100])},
         ),
-        id="the first index's node is not exhausted and takes a later index: "
-        "node_reused_in_namespace (10.1)",
+        id="a later index never returns to the first index's node (one per namespace and node)",
+    ),
+    pytest.param(
+        scenario(
+            [node(1, 1000), node(2, 1000), node(3, 100)],
+            [namespace(10, 100, [(101, 1, 50), (102, 2, 20)], on_nodes=[1, 9])],
+        ),
+        expected(
+            total=70,
+            create={100: [[(2, N, N, 70, 1000)]]},
+            nodes={2: (1000, 930, 70, [100])},
+        ),
+        id="nodes that already hold an index of the namespace are skipped (existing_node_ids)",
+    ),
+    pytest.param(
+        scenario(
+            [node(1, 1000), node(2, 30)],
+            [namespace(10, 100, [(101, 1, 50)], on_nodes=[1])],
+        ),
+        expected(
+            failures={100: {"replicas": [[]], "errors": [(0, "node_unavailable")]}},
+        ),
+        id="a node with room that holds an index of the namespace is no candidate: it fails",
+    ),
+    pytest.param(
+        scenario(
+            [node(1, 1000), node(2, 1000)],
+            [
+                namespace(
+                    10, 100, [(101, 1, 100)], replicas=2, existing=[(7, "ready")], on_nodes=[1]
+                )
+            ],
+        ),
+        expected(
+            total=100,
+            create={100: [[(2, N, N, 100, 1000)]]},
+            nodes={2: (1000, 900, 100, [100])},
+        ),
+        id="a new replica avoids the nodes of the existing ones",
+    ),
+    pytest.param(
+        scenario(
+            [node(1, 1000)],
+            [
+                namespace(
+                    10, 100, [(101, 1, 100)], replicas=0, existing=[(7, "ready"), (8, "pending")]
+                )
+            ],
+        ),
+        expected(destroy={100: [8, 7]}),
+        id="number_of_replicas 0 destroys every replica, pending first",
+    ),
+    pytest.param(
+        scenario([node(1, 1000)], [namespace(10, 100, [(101, 1, 100)], replicas=0)]),
+        expected(unchanged=[100]),
+        id="number_of_replicas 0 with no replica changes nothing",
     ),
     pytest.param(
         scenario(
@@ -226,8 +269,16 @@ CASES = [
     ),
     pytest.param(
         scenario([node(1, 500), node(2, 800), node(3, -5)], [namespace(10, 100, [])]),
-        expected(create={100: [[(2, N, N, 0, 800)]]}, nodes={2: (800, 800, 0, [100])}),
-        id="an empty namespace gets one 0-byte index on the roomiest node",
+        expected(create={100: [[(2, N, N, 0, 800)]]}),
+        id="an empty namespace gets one 0-byte index on the roomiest node, not listed on it",
+    ),
+    pytest.param(
+        scenario(
+            [node(1, 500), node(2, 800), node(3, 700)],
+            [namespace(10, 100, [], replicas=2, on_nodes=[2])],
+        ),
+        expected(create={100: [[(3, N, N, 0, 700)], [(1, N, N, 0, 500)]]}),
+        id="empty replicas avoid the nodes that hold an index of the namespace",
     ),
     pytest.param(
         scenario(
@@ -236,11 +287,6 @@ CASES = [
         ),
         expected(
             create={100: [[(2, N, N, 0, 800)], [(4, N, N, 0, 800)], [(1, N, N, 0, 500)]]},
-            nodes={
-                1: (500, 500, 0, [100]),
-                2: (800, 800, 0, [100]),
-                4: (800, 800, 0, [100]),
-            },
         ),
         id="empty replicas: ties go to the first, used and negative nodes are skipped",
     ),
@@ -255,13 +301,12 @@ CASES = [
             failures={
                 100: {"replicas": [[(1, N, N, 0, 5)]], "errors": [(None, "node_unavailable")]}
             },
-            nodes={1: (5, 5, 0, [100])},
         ),
         id="empty replicas beyond the usable nodes: one de-duplicated error",
     ),
     pytest.param(
         scenario([node(1, 0)], [namespace(10, 100, [])]),
-        expected(create={100: [[(1, N, N, 0, 0)]]}, nodes={1: (0, 0, 0, [100])}),
+        expected(create={100: [[(1, N, N, 0, 0)]]}),
         id="zero unclaimed is not negative",
     ),
     pytest.param(
@@ -518,28 +563,51 @@ def test_error_details_say_what_gitlab_says():
     ]
 
 
-def test_node_reuse_error_names_the_node_and_both_indices_show_on_it():
+def test_node_unavailable_tells_no_room_from_every_roomy_node_holding_the_namespace():
     result = plan_dict(
         scenario(
-            [node(1, 100), node(2, 50), node(3, 1000)],
-            [namespace(10, 100, [(101, 1, 60), (102, 2, 45), (103, 3, 30), (104, 4, 5)])],
+            [node(1, 1000), node(2, 30)],
+            [
+                namespace(10, 100, [(101, 1, 50)], on_nodes=[1]),
+                namespace(11, 110, [(111, 2, 5000)]),
+            ],
         )
     )
-    (failed,) = result["failures"]
-    assert failed["errors"] == [
+    errors = {ns["namespace_id"]: ns["errors"] for ns in result["failures"]}
+    assert errors[100] == [
         {
             "namespace_id": 100,
             "replica_idx": 0,
-            "type": "node_reused_in_namespace",
-            "details": "Index 2 of replica 0 is planned on node 1, which already holds index 0 "
-            "of this replica; provisioning would violate the unique (enabled namespace, node) "
-            "index",
+            "type": "node_unavailable",
+            "details": "Every node with capacity for project 1 with size 50 already holds an "
+            "index for this namespace",
         }
     ]
-    node_1 = result["nodes"][0]
-    assert node_1["id"] == 1
-    assert [i["required_storage_bytes"] for i in node_1["indices"]] == [60, 35]
-    assert node_1["namespace_ids"] == [100]
+    assert errors[110][0]["details"] == "No node can accommodate project 2 with size 5000"
+
+
+def test_node_names_ride_on_every_index_and_node_entry_when_nodes_have_names():
+    result = plan_dict(
+        scenario(
+            [node(1, 100, "zoekt-a"), node(2, 1000)],
+            [
+                namespace(10, 100, [(101, 1, 60), (102, 2, 50)]),
+                namespace(11, 110, []),
+            ],
+        )
+    )
+    (split, empty) = result["create"]
+    assert [i["node_name"] for i in split["replicas"][0]["indices"]] == ["zoekt-a", None]
+    # The empty replica goes to the roomiest node, the nameless one.
+    assert [(i["node_id"], i["node_name"]) for i in empty["replicas"][0]["indices"]] == [(2, None)]
+    assert [(n["id"], n["name"]) for n in result["nodes"]] == [(1, "zoekt-a"), (2, None)]
+    assert all(i["node_name"] == n["name"] for n in result["nodes"] for i in n["indices"])
+
+
+def test_without_names_no_name_key_appears():
+    text = json.dumps(plan_dict(scenario([node(1, 100)], [namespace(10, 100, [(101, 1, 60)])])))
+    assert "node_name" not in text
+    assert '"name"' not in text
 
 
 def test_namespaces_keep_input_order_and_node_indices_are_sorted_by_namespace():

@@ -37,15 +37,23 @@ def test_a_rollover_names_the_exhausted_and_the_too_small_candidates():
     assert third["available"] == {"disk": 1000}
     assert third["passed_over"] == [
         {
+            # It holds index 0 (one index per namespace and node), and is too small.
             "node_id": 1,
             "reasons": [
+                {
+                    "node_id": 1,
+                    "reason": "exhausted",
+                    "dimension": None,
+                    "requested": None,
+                    "available": None,
+                },
                 {
                     "node_id": 1,
                     "reason": "insufficient_unclaimed_storage",
                     "dimension": "disk",
                     "requested": 50,
                     "available": 40,
-                }
+                },
             ],
         },
         {
@@ -73,7 +81,7 @@ def test_a_rollover_names_the_exhausted_and_the_too_small_candidates():
         {
             "node_id": 1,
             "taken": [{"replica_idx": 0, "index_idx": 0}],
-            "passed_over": {"insufficient_unclaimed_storage": 2},
+            "passed_over": {"exhausted": 2, "insufficient_unclaimed_storage": 2},
         },
         {
             "node_id": 2,
@@ -84,24 +92,22 @@ def test_a_rollover_names_the_exhausted_and_the_too_small_candidates():
     ]
 
 
-def test_the_gate_refusal_is_explained_with_the_last_index_node():
+def test_a_node_holding_an_index_of_the_namespace_is_passed_over_as_exhausted():
     result = _plan(
         scenario(
-            [node(1, 100), node(2, 1000)],
-            [namespace(10, 100, [(101, 1, 60), (102, 2, 30), (103, 3, 50), (104, 4, 20)])],
+            [node(1, 1000), node(2, 30)],
+            [namespace(10, 100, [(101, 1, 50)], on_nodes=[1])],
         )
     )
     (ns,) = explain(result)
-    refused = ns["decisions"][-1]
+    (refused,) = ns["decisions"]
     assert refused["kind"] == "no_node"
-    assert refused["fits_last_index_node_id"] == 2
-    assert [e["reasons"][0]["reason"] for e in refused["passed_over"]] == [
-        "insufficient_unclaimed_storage",
-        "exhausted",
+    assert [[r["reason"] for r in e["reasons"]] for e in refused["passed_over"]] == [
+        ["exhausted"],
+        ["insufficient_unclaimed_storage"],
     ]
     text = render_text([ns])
-    assert "it fitted the last index on node 2" in text
-    assert "reference 10.1" in text
+    assert "node 1 passed over: exhausted (already holds an index of this namespace)" in text
 
 
 def test_values_seen_by_a_decision_are_those_of_its_moment_not_the_end():

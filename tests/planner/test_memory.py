@@ -132,8 +132,9 @@ def layout_disk(ns: dict[str, Any]) -> list[list[tuple[Any, ...]]]:
 
 def test_ac1_the_rollover_never_returns_to_the_node_where_the_ceiling_was_hit():
     # Node 1 keeps plenty of disk and memory after index 0 reaches the
-    # ceiling, so GitLab's find_best_node would return node 1 again (seed 1c):
-    # the node is excluded before the new node is chosen.
+    # ceiling, so a first fit would return node 1 again (seed 1c): the node
+    # holds an index of the namespace and is excluded before the new node is
+    # chosen.
     data = scenario([node(1, 1_000_000), node(2, 1_000_000)], [hot(2)])
     result = plan(parse_scenario(with_memory(data, 400)))
     (ns,) = explain(result)
@@ -143,7 +144,7 @@ def test_ac1_the_rollover_never_returns_to_the_node_where_the_ceiling_was_hit():
         2,
         "memory_ceiling",
     )
-    assert second["passed_over"][0]["reasons"][0]["reason"] == "memory_exhausted"
+    assert second["passed_over"][0]["reasons"][0]["reason"] == "exhausted"
 
 
 # --------------------------------------------------------------------------- #

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import collections
 import copy
 import itertools
 import json
+import random
 from typing import Any
 
 from hypothesis import given, settings
@@ -14,6 +16,7 @@ from planner.core import plan, plan_dict
 from planner.explain import explain
 from planner.plan import dumps
 from planner.scenario import parse_scenario
+from tests.planner.generator import random_scenario
 from tests.planner.reference_impl import reference_plan
 
 STATES = ("pending", "ready")
@@ -22,15 +25,18 @@ STATES = ("pending", "ready")
 @st.composite
 def scenarios(draw: st.DrawFn) -> dict[str, Any]:
     node_ids = draw(st.lists(st.integers(1, 60), max_size=7, unique=True))
-    nodes = [
-        {
+    named = draw(st.booleans())
+    nodes = []
+    for node_id in node_ids:
+        node = {
             "id": node_id,
             "unclaimed_storage_bytes": draw(
                 st.one_of(st.integers(-60, 400), st.sampled_from([0, 1000]))
             ),
         }
-        for node_id in node_ids
-    ]
+        if named:
+            node["name"] = draw(st.sampled_from([f"zoekt-{node_id}", None]))
+        nodes.append(node)
     enabled_ids = draw(st.lists(st.integers(1, 500), min_size=1, max_size=4, unique=True))
     namespaces = []
     next_replica_id = 1
@@ -48,13 +54,17 @@ def scenarios(draw: st.DrawFn) -> dict[str, Any]:
         for _ in range(draw(st.integers(0, 3))):
             existing.append({"id": next_replica_id, "state": draw(st.sampled_from(STATES))})
             next_replica_id += 1
+        # Nodes holding an index of the namespace already: some of the
+        # candidates, and now and then one that is not a candidate (offline).
+        holders = draw(st.lists(st.sampled_from([*node_ids, 999]), max_size=3, unique=True))
         namespaces.append(
             {
                 "enabled_namespace_id": enabled_id,
                 "namespace_id": 10_000 + n,
-                "number_of_replicas": draw(st.integers(1, 3)),
+                "number_of_replicas": draw(st.integers(0, 3)),
                 "existing_replicas": existing,
                 "projects": projects,
+                "existing_node_ids": holders,
             }
         )
     options = {
@@ -158,8 +168,12 @@ def test_node_bookkeeping_adds_up(scenario_dict):
     listed = [n["id"] for n in result["nodes"]]
     assert listed == [node_id for node_id in input_order if node_id in listed]
     before = {n["id"]: n["unclaimed_storage_bytes"] for n in scenario_dict["nodes"]}
+    empty = {ns["namespace_id"] for ns in scenario_dict["namespaces"] if not ns["projects"]}
     planned: dict[int, list[dict[str, Any]]] = {}
     for ns in result["create"] + result["failures"]:
+        if ns["namespace_id"] in empty:
+            # An empty replica's index claims nothing and is not listed on its node.
+            continue
         for replica in ns["replicas"]:
             for index in replica["indices"]:
                 planned.setdefault(index["node_id"], []).append(index)
@@ -236,3 +250,45 @@ def test_explanations_agree_with_the_plan(scenario_dict):
                 assert len(decision["passed_over"]) == positions.index(decision["node_id"])
             elif decision["kind"] == "no_node":
                 assert len(decision["passed_over"]) == len(scenario_dict["nodes"])
+
+
+RANDOM_SCENARIOS = 3000
+
+
+def test_the_core_equals_gitlabs_newest_planner_on_thousands_of_seeded_scenarios():
+    """Plan for plan, byte for byte (errors included, wording and all).
+
+    The generator's coverage is counted, so the comparison cannot silently
+    stop exercising what GitLab's newest planner changed.
+    """
+    seen = collections.Counter()
+    for seed in range(RANDOM_SCENARIOS):
+        data = random_scenario(random.Random(seed))
+        parsed = parse_scenario(data)
+        got = plan(parsed, record_decisions=False).to_dict()
+        want = reference_plan(parsed)
+        assert dumps(got) == dumps(want), f"seed {seed}"
+        for ns in _all_plans(got):
+            for error in ns["errors"]:
+                seen[error["type"]] += 1
+                if error["details"].startswith("Every node with capacity"):
+                    seen["every_roomy_node_holds_the_namespace"] += 1
+            desired = {s["namespace_id"]: s["number_of_replicas"] for s in data["namespaces"]}
+            if ns["action"] == "destroy" and desired[ns["namespace_id"]] == 0:
+                seen["destroy_to_zero"] += 1
+            if ns["action"] == "create" and len(ns["replicas"]) > 1:
+                seen["several_replicas"] += 1
+        if any(ns["existing_node_ids"] for ns in data["namespaces"]):
+            seen["existing_node_ids"] += 1
+        if any(n.get("name") for n in data["nodes"]):
+            seen["named"] += 1
+    for feature in (
+        "node_unavailable",
+        "index_limit_exceeded",
+        "every_roomy_node_holds_the_namespace",
+        "destroy_to_zero",
+        "several_replicas",
+        "existing_node_ids",
+        "named",
+    ):
+        assert seen[feature] >= 20, (feature, seen)
