@@ -38,6 +38,8 @@ GITLAB_DEFAULTS = {
     "trigram_max": 20_000,
     "rollout_retry_interval_seconds": 24 * 60 * 60,
     "default_number_of_replicas": 1,
+    # GitLab's newer setting (GitLab.com runs the default): pending indices per node per run.
+    "initial_indexing_limit": 1,
     # GitLab's newer search-health setting (its default is this project's choice).
     "max_restarts_15m": 1,
     # GitLab's SaaS-only node-level eviction, behind a setting here (off).
@@ -299,6 +301,8 @@ INVALID_VALUES = [
     pytest.param("zoekt_maximum_files", 0, id="maximum-files-0"),
     pytest.param("zoekt_trigram_max", -5, id="trigram-max-negative"),
     pytest.param("zoekt_default_number_of_replicas", 0, id="default-replicas-0"),
+    pytest.param("zoekt_initial_indexing_limit", 0, id="initial-indexing-limit-0"),
+    pytest.param("zoekt_initial_indexing_limit", -1, id="initial-indexing-limit-negative"),
     pytest.param("zoekt_memory_ratio", 0.0, id="memory-ratio-0"),
     pytest.param("zoekt_memory_ratio", -0.5, id="memory-ratio-negative"),
     pytest.param("zoekt_node_memory_budget_bytes", 0, id="memory-budget-0"),
@@ -318,6 +322,8 @@ VALID_VALUES = [
     pytest.param("zoekt_force_reindexing_percentage", 0.0, id="force-reindexing-0"),
     pytest.param("zoekt_force_reindexing_percentage", 100.0, id="force-reindexing-100"),
     pytest.param("zoekt_default_number_of_replicas", 3, id="default-replicas-3"),
+    pytest.param("zoekt_initial_indexing_limit", 1, id="initial-indexing-limit-1"),
+    pytest.param("zoekt_initial_indexing_limit", 50, id="initial-indexing-limit-50"),
     pytest.param("zoekt_memory_ratio", 0.125, id="memory-ratio-an-eighth"),
     pytest.param("zoekt_memory_ratio", 3.0, id="memory-ratio-above-the-calibration-bounds"),
     pytest.param("zoekt_node_memory_budget_bytes", None, id="memory-budget-unset"),
@@ -392,6 +398,7 @@ def test_the_settings_form_saves_valid_values():
         pytest.param("zoekt_maximum_files", -1, id="maximum-files-negative"),
         pytest.param("zoekt_trigram_max", 0, id="trigram-max-0"),
         pytest.param("zoekt_default_number_of_replicas", 0, id="default-replicas-0"),
+        pytest.param("zoekt_initial_indexing_limit", 0, id="initial-indexing-limit-0"),
         pytest.param("zoekt_memory_ratio", 0, id="memory-ratio-0"),
         pytest.param("zoekt_node_memory_budget_bytes", 0, id="memory-budget-0"),
         pytest.param("zoekt_node_memory_budget_bytes", -5, id="memory-budget-negative"),
@@ -411,6 +418,7 @@ def test_the_database_refuses_an_out_of_range_setting(field, value):
         pytest.param("zoekt_force_reindexing_percentage", 0, id="force-reindexing-0"),
         pytest.param("zoekt_force_reindexing_percentage", 100, id="force-reindexing-100"),
         pytest.param("zoekt_cpu_to_tasks_ratio", 0.01, id="cpu-to-tasks-ratio-small"),
+        pytest.param("zoekt_initial_indexing_limit", 1, id="initial-indexing-limit-1"),
     ],
 )
 def test_the_database_accepts_the_edges_of_each_range(field, value):
@@ -439,3 +447,45 @@ def test_update_with_validation_refuses_a_bad_value_and_saves_nothing():
         app_settings.update(validate=True, zoekt_memory_ratio=0)
     assert "zoekt_memory_ratio" in raised.value.message_dict
     assert app_settings.load_row().zoekt_memory_ratio == 0.5
+
+
+# --- zoekt_initial_indexing_limit in the admin -------------------------------------------------
+
+
+def admin_form(**changes):
+    from zoekt.admin import SETTINGS_FIELDS, ApplicationSettingForm
+
+    row = app_settings.load_row()
+    data = {name: getattr(row, name) for name in SETTINGS_FIELDS if getattr(row, name) is not False}
+    return ApplicationSettingForm(data={**data, **changes}, instance=row)
+
+
+def test_the_initial_indexing_limit_is_on_the_admin_form_and_defaults_to_1():
+    from zoekt.admin import SETTINGS_FIELDS
+
+    assert "zoekt_initial_indexing_limit" in SETTINGS_FIELDS
+    assert app_settings.load_row().zoekt_initial_indexing_limit == 1
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        pytest.param("0", id="0"),
+        pytest.param("-3", id="negative"),
+        pytest.param("1.5", id="not-a-whole-number"),
+        pytest.param("many", id="not-a-number"),
+    ],
+)
+def test_the_admin_refuses_an_initial_indexing_limit_below_1_naming_the_field(value):
+    form = admin_form(zoekt_initial_indexing_limit=value)
+    before = row_values()
+    assert not form.is_valid()
+    assert list(form.errors) == ["zoekt_initial_indexing_limit"]
+    assert row_values() == before
+
+
+def test_the_admin_saves_a_raised_initial_indexing_limit():
+    form = admin_form(zoekt_initial_indexing_limit="20")
+    assert form.is_valid(), form.errors
+    form.save()
+    assert app_settings.current().initial_indexing_limit == 20

@@ -897,6 +897,7 @@ SETTINGS_FIELDSETS = (
                 "zoekt_indexing_parallelism",
                 "zoekt_indexing_timeout",
                 "zoekt_force_reindexing_percentage",
+                "zoekt_initial_indexing_limit",
                 "zoekt_node_level_eviction_enabled",
             )
         },

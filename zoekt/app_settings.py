@@ -77,6 +77,8 @@ class ZoektSettings:
     rollout_retry_interval_seconds: int | None = 86400
     default_number_of_replicas: int = 1
     max_restarts_15m: int = 1
+    #: Pending indices each online node starts per scheduling run (GitLab's default, 1).
+    initial_indexing_limit: int = 1
     node_level_eviction_enabled: bool = False
     # Memory-aware planning (docs/memory.md).
     memory_ratio: float = 0.5
@@ -118,6 +120,7 @@ def from_row(row) -> ZoektSettings:
         ),
         default_number_of_replicas=row.zoekt_default_number_of_replicas,
         max_restarts_15m=row.zoekt_max_restarts_15m,
+        initial_indexing_limit=row.zoekt_initial_indexing_limit,
         node_level_eviction_enabled=row.zoekt_node_level_eviction_enabled,
         memory_ratio=row.zoekt_memory_ratio,
         node_memory_budget_bytes=row.zoekt_node_memory_budget_bytes,

@@ -832,6 +832,14 @@ class ApplicationSetting(ClockStampedModel):
     zoekt_default_number_of_replicas = models.IntegerField(
         "Number of replicas per namespace", default=1
     )
+    zoekt_initial_indexing_limit = models.IntegerField(
+        "Pending indices each node starts per scheduling run",
+        default=1,
+        validators=[MinValueValidator(1)],
+        help_text="Every scheduling run (once a minute), each online node starts initial indexing "
+        "of this many of its oldest pending indices. GitLab's default, 1, is what GitLab.com "
+        "runs; a larger value fills a new or emptied node faster. At least 1.",
+    )
     zoekt_node_level_eviction_enabled = models.BooleanField(
         "Evict namespaces from nodes above the high disk watermark (legacy)",
         default=False,
@@ -899,6 +907,10 @@ class ApplicationSetting(ClockStampedModel):
             models.CheckConstraint(
                 condition=Q(zoekt_max_restarts_15m__gte=0),
                 name="check_zoekt_max_restarts_15m_non_negative",
+            ),
+            models.CheckConstraint(
+                condition=Q(zoekt_initial_indexing_limit__gt=0),
+                name="check_zoekt_initial_indexing_limit_positive",
             ),
             models.CheckConstraint(
                 condition=Q(zoekt_memory_ratio__gt=0), name="check_zoekt_memory_ratio_positive"

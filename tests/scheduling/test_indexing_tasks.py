@@ -17,7 +17,7 @@ from tests.factories import (
     RepositoryFactory,
 )
 from tests.scheduling import builders
-from zoekt import clock
+from zoekt import app_settings, clock
 from zoekt.models import Index, Replica, Repository, Task
 from zoekt.reasons import Reason
 from zoekt.scheduling import handlers
@@ -26,6 +26,7 @@ pytestmark = pytest.mark.django_db
 
 I = Index.State  # noqa: E741
 R = Repository.State
+set_setting = app_settings.update
 
 
 def snapshot() -> dict:
@@ -52,6 +53,54 @@ def test_initial_indexing_dispatches_the_oldest_pending_index_of_each_online_nod
 
     assert dispatched == [("initialize_index", (oldest_a.id,)), ("initialize_index", (only_b.id,))]
     assert result["nodes_with_pending_indices"] == 2
+
+
+def test_initial_indexing_starts_one_index_per_node_by_default(service, dispatched):
+    assert app_settings.current().initial_indexing_limit == 1
+    node = NodeFactory()
+    oldest, _, _ = (IndexFactory(zoekt_node=node) for _ in range(3))
+
+    result = service().execute("initial_indexing")
+
+    assert dispatched == [("initialize_index", (oldest.id,))]
+    assert result["initial_indexing_limit"] == 1
+
+
+def test_initial_indexing_starts_the_limits_oldest_pending_indices_of_each_online_node(
+    service, dispatched, now
+):
+    set_setting(zoekt_initial_indexing_limit=3)
+    a, b, c = NodeFactory(), NodeFactory(), NodeFactory()
+    on_a = [IndexFactory(zoekt_node=a) for _ in range(5)]
+    on_b = [IndexFactory(zoekt_node=b) for _ in range(2)]
+    IndexFactory(zoekt_node=c, state=I.READY)  # nothing pending
+    offline = NodeFactory(last_seen_at=now - timedelta(seconds=30))
+    IndexFactory(zoekt_node=offline)
+    # Not pending: never counted against a node's limit.
+    IndexFactory(zoekt_node=b, state=I.INITIALIZING)
+
+    result = service().execute("initial_indexing")
+
+    expected = [index.id for index in (*on_a[:3], *on_b)]
+    assert dispatched == [("initialize_index", (index_id,)) for index_id in expected]
+    assert result["index_ids"] == expected
+    assert result["nodes_with_pending_indices"] == 2
+    assert result["initial_indexing_limit"] == 3
+    assert Index.objects.filter(state=I.PENDING).count() == 8  # the task only dispatches
+
+
+def test_a_raised_limit_takes_the_oldest_pending_indices_first(service, dispatched):
+    set_setting(zoekt_initial_indexing_limit=2)
+    node = NodeFactory()
+    indices = [IndexFactory(zoekt_node=node) for _ in range(4)]
+    Index.objects.filter(pk=indices[0].pk).update(state=I.INITIALIZING)
+
+    service().execute("initial_indexing")
+
+    assert dispatched == [
+        ("initialize_index", (indices[1].id,)),
+        ("initialize_index", (indices[2].id,)),
+    ]
 
 
 def test_initial_indexing_skips_offline_nodes_and_nodes_not_for_search(service, dispatched, now):

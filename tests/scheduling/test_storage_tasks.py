@@ -10,16 +10,17 @@ import pytest
 
 from tests.factories import GIB, IndexFactory, NodeFactory, RepositoryFactory
 from tests.scheduling import builders
-from zoekt import clock
+from zoekt import app_settings, clock
 from zoekt.clock import EPOCH
 from zoekt.models import Index, Node
 from zoekt.reasons import Reason
-from zoekt.scheduling import handlers
+from zoekt.scheduling import events, handlers
 
 pytestmark = pytest.mark.django_db
 
 I = Index.State  # noqa: E741
 W = Index.WatermarkLevel
+set_setting = app_settings.update
 
 
 def fresh(**fields) -> dict:
@@ -237,6 +238,64 @@ def test_negative_nodes_are_dispatched_1000_ids_an_event(service, dispatched, no
     assert [len(args[0]) for _, args in dispatched] == [1_000, 1]
 
 
+@pytest.mark.parametrize(
+    ("settings", "reason"),
+    [
+        pytest.param({"zoekt_indexing_enabled": False}, Reason.INDEXING_DISABLED, id="disabled"),
+        pytest.param(
+            {"zoekt_indexing_enabled": True, "zoekt_indexing_paused": True},
+            Reason.INDEXING_PAUSED,
+            id="paused",
+        ),
+        pytest.param(
+            {"zoekt_indexing_enabled": False, "zoekt_indexing_paused": True},
+            Reason.INDEXING_DISABLED,
+            id="disabled-and-paused",
+        ),
+    ],
+)
+def test_the_walk_does_nothing_while_indexing_is_disabled_or_paused(settings, reason, now):
+    set_setting(**settings)
+    node = overcommitted_node(10 * GIB, 10 * GIB, 10 * GIB)  # 20 GiB short
+    before = list(Index.objects.order_by("id").values_list("id", "state", "updated_at"))
+
+    result = handlers.evict_overcommitted_nodes([node.id])
+
+    assert result == {"skipped": reason, "nodes_listed": 1, "re_emit": False}
+    assert list(Index.objects.order_by("id").values_list("id", "state", "updated_at")) == before
+
+
+@pytest.mark.parametrize(
+    ("settings", "reason"),
+    [
+        pytest.param({"zoekt_indexing_enabled": False}, Reason.INDEXING_DISABLED, id="disabled"),
+        pytest.param(
+            {"zoekt_indexing_enabled": True, "zoekt_indexing_paused": True},
+            Reason.INDEXING_PAUSED,
+            id="paused",
+        ),
+    ],
+)
+def test_the_negative_unclaimed_storage_event_does_nothing_while_indexing_is_off(
+    settings, reason, now
+):
+    set_setting(**settings)
+    node = overcommitted_node(10 * GIB, 10 * GIB, 10 * GIB)
+    before = list(Index.objects.order_by("id").values_list("id", "state"))
+
+    result = events.evict_overcommitted_nodes_task([node.id])
+
+    assert result["skipped"] == reason
+    assert list(Index.objects.order_by("id").values_list("id", "state")) == before
+
+
+def test_the_negative_unclaimed_storage_event_walks_while_indexing_is_on(indexing_enabled, now):
+    node = overcommitted_node(10 * GIB, 10 * GIB, 10 * GIB)
+    result = events.evict_overcommitted_nodes_task([node.id])
+    assert result["indices_marked_pending_eviction"] == 2
+
+
+@pytest.mark.usefixtures("indexing_enabled")
 def test_the_walk_marks_indices_in_id_order_until_the_shortfall_is_covered(now):
     node = overcommitted_node(10 * GIB, 10 * GIB, 10 * GIB)  # 20 GiB short
     first, second, third = Index.objects.filter(zoekt_node=node).order_by("id")
@@ -248,6 +307,7 @@ def test_the_walk_marks_indices_in_id_order_until_the_shortfall_is_covered(now):
     assert result["indices_marked_pending_eviction"] == 2
 
 
+@pytest.mark.usefixtures("indexing_enabled")
 def test_the_walk_skips_pending_eviction_but_not_evicted_or_orphaned_indices(now):
     node = overcommitted_node()
     IndexFactory(zoekt_node=node, state=I.PENDING_EVICTION, reserved_storage_bytes=15 * GIB)
@@ -258,6 +318,7 @@ def test_the_walk_skips_pending_eviction_but_not_evicted_or_orphaned_indices(now
     assert Index.objects.get(pk=evicted.pk).state == I.PENDING_EVICTION
 
 
+@pytest.mark.usefixtures("indexing_enabled")
 def test_the_walk_lists_at_most_1000_indices_of_a_node(now):
     node = NodeFactory(total_bytes=0, used_bytes=0)
     Node.objects.filter(pk=node.pk).update(usable_storage_bytes=-1)  # negative, nothing to cover
@@ -269,6 +330,7 @@ def test_the_walk_lists_at_most_1000_indices_of_a_node(now):
     assert Index.objects.filter(state=I.PENDING_EVICTION).count() == 1_000
 
 
+@pytest.mark.usefixtures("indexing_enabled")
 def test_a_node_no_longer_negative_is_left_alone(now):
     node = overcommitted_node(4 * GIB)
     before = list(Index.objects.values_list("id", "state"))

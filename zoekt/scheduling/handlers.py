@@ -469,7 +469,17 @@ def evict_overcommitted_nodes(node_ids: list[int]) -> Result:
     reservations, until the total covers the shortfall or 1,000 are listed;
     the listed ones become ``pending_eviction`` (GitLab's walk, which does not
     skip evicted, orphaned or pending indices).
+
+    As GitLab's worker, it does nothing while indexing is disabled or paused:
+    an event enqueued before an operator turned indexing off or paused it
+    evicts nothing.
     """
+    settings = app_settings.current()
+    if not settings.indexing_enabled or settings.indexing_paused:
+        reason = (
+            Reason.INDEXING_DISABLED if not settings.indexing_enabled else Reason.INDEXING_PAUSED
+        )
+        return {"skipped": reason, "nodes_listed": len(node_ids), "re_emit": False}
     now = clock.now()
     per_node = []
     marked_total = 0

@@ -32,7 +32,8 @@ from typing import Any
 
 from django.core.cache import cache
 from django.db import connection
-from django.db.models import Exists, OuterRef
+from django.db.models import Exists, F, OuterRef, Window
+from django.db.models.functions import RowNumber
 
 from zoekt import actions, app_settings, capacity, clock
 from zoekt.logging import get_logger
@@ -76,7 +77,7 @@ PERIODS: dict[str, int] = {
 
 # GitLab's numbers (reference 6.3, 6.5, 6.6, 6.10).
 AUTO_INDEX_BATCH_SIZE = 1_000
-INITIAL_INDEXING_LIMIT = 1  # pending indices per online node per run
+# Pending indices per online node per run: the setting zoekt_initial_indexing_limit (default 1).
 NODE_PROCESSING_LIMIT = 100  # nodes per repo_to_reindex_check
 NEGATIVE_UNCLAIMED_NODE_BATCH_SIZE = 1_000
 EVICTION_SLICE_SIZE = 100
@@ -250,18 +251,28 @@ class SchedulingService:
     # --- indexing ---------------------------------------------------------------------------
 
     def initial_indexing(self) -> Result:
-        """For each online search node, dispatch its oldest pending index (1 per node)."""
+        """For each online search node, dispatch its oldest pending indices.
+
+        As many per node as ``zoekt_initial_indexing_limit`` (GitLab's default, 1),
+        oldest (lowest id) first, node by node.
+        """
+        limit = self.settings.initial_indexing_limit
         online = Node.objects.for_search().online(self.now)
-        index_ids = list(
+        rows = list(
             Index.objects.filter(state=Index.State.PENDING, zoekt_node__in=online)
+            .annotate(
+                rank=Window(RowNumber(), partition_by=F("zoekt_node_id"), order_by=F("id").asc())
+            )
+            .filter(rank__lte=limit)
             .order_by("zoekt_node_id", "id")
-            .distinct("zoekt_node_id")
-            .values_list("id", flat=True)
+            .values_list("zoekt_node_id", "id")
         )
+        index_ids = [index_id for _, index_id in rows]
         for index_id in index_ids:
             self._dispatch_event("initialize_index", index_id)
         return {
-            "nodes_with_pending_indices": len(index_ids),
+            "initial_indexing_limit": limit,
+            "nodes_with_pending_indices": len({node_id for node_id, _ in rows}),
             "dispatched": ["initialize_index"] * len(index_ids),
             "index_ids": index_ids,
         }

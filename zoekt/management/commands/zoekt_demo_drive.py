@@ -14,10 +14,12 @@ nodes. It
 3. every ``--kick-every`` seconds runs one scheduling pass in this process:
    each scheduled task of ``zoekt.scheduling.service.TASKS`` through
    ``run_scheduled_task(name)`` called directly. This is the demo's speed-up.
-   Beat runs the same pass once a minute, and GitLab's ``initial_indexing``
-   starts at most one pending index per online node per pass (kept as it
-   is), so a node that was given twenty indices needs twenty passes: twenty
-   minutes at beat's pace, under a minute at this one. Each task takes its
+   Beat runs the same pass once a minute, and ``initial_indexing`` starts
+   ``zoekt_initial_indexing_limit`` pending indices per online node per pass
+   (the demo keeps GitLab's default, 1), so a node that was given twenty
+   indices needs twenty passes: twenty minutes at beat's pace, under a minute
+   at this one. (Raising the limit instead, beat alone would need a few
+   passes, minutes rather than the driver's seconds.) Each task takes its
    own advisory lock, so a pass that meets beat's (or the worker's) run of
    the same task skips it, as two beat ticks would;
 4. prints a progress line every ``--report-every`` seconds and, once every
