@@ -14,7 +14,7 @@ from django.db import connection
 from rest_framework.response import Response
 
 from api import serializers
-from api.views import NodeAPIView, parse_node_uuid
+from api.views import NodeAPIView, validated
 from zoekt import clock
 
 _MINIMAL_UPSERT = """
@@ -35,9 +35,12 @@ ORDER BY perform_at, id LIMIT %s
 
 class FloorHeartbeatView(NodeAPIView):
     def post(self, request, uuid: str):
-        parse_node_uuid(uuid)
-        serializer = serializers.HeartbeatSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
+        validated(
+            serializers.HeartbeatSerializer(data=request.data),
+            "heartbeat",
+            uuid,
+            unprocessable_codes=serializers.NODE_INVALID_CODES,
+        )
         return Response(
             {
                 "id": 0,
@@ -51,10 +54,12 @@ class FloorHeartbeatView(NodeAPIView):
 
 class CeilingHeartbeatView(NodeAPIView):
     def post(self, request, uuid: str):
-        node_uuid = parse_node_uuid(uuid)
-        serializer = serializers.HeartbeatSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        data = serializer.validated_data
+        node_uuid, data = validated(
+            serializers.HeartbeatSerializer(data=request.data),
+            "heartbeat",
+            uuid,
+            unprocessable_codes=serializers.NODE_INVALID_CODES,
+        )
         now = clock.now()
         with connection.cursor() as cursor:
             cursor.execute(

@@ -2,8 +2,15 @@
 
 GitLab's node API takes literally dotted keys (``node.url``, ``disk.all``),
 in JSON or form-encoded bodies, so the heartbeat serializer declares its
-fields under those names. Unknown keys are refused, naming the key, so a typo
-in a node's request is an error rather than a silently ignored value.
+fields under those names. The keys a serializer declares are validated; the
+others are ignored, as GitLab's API ignores undeclared parameters, so a node
+newer than the control plane keeps heartbeating. The ignored keys are
+collected, as dotted paths from the top of the body, in the root
+serializer's ``unknown_keys`` for the view to count and log.
+
+Error codes tell a malformed request (400: missing, of the wrong type, out of
+range) from a well-formed one describing a node GitLab's model refuses (422):
+the codes in ``NODE_INVALID_CODES``.
 """
 
 from __future__ import annotations
@@ -21,10 +28,15 @@ MAX_URL_LENGTH = 1024
 MAX_BODY_BYTES = 64 * 1024
 
 
+# Codes of the errors that make a well-formed heartbeat a node GitLab's model would not
+# save (blank or invalid URLs, no known service) or an inconsistent one: answered 422.
+NODE_INVALID_CODES = frozenset({"blank", "invalid_url", "no_known_service", "exceeds_disk_all"})
+
+
 class NodeURLField(serializers.CharField):
     """An http(s) URL with a host; single-label hosts (``http://zoekt-0:6065``) are fine."""
 
-    default_error_messages = {"invalid": "Enter an http or https URL with a host."}
+    default_error_messages = {"invalid_url": "Enter an http or https URL with a host."}
 
     def __init__(self, **kwargs):
         super().__init__(max_length=MAX_URL_LENGTH, **kwargs)
@@ -35,13 +47,13 @@ class NodeURLField(serializers.CharField):
             parts = urlsplit(value)
             parts.port  # noqa: B018 - raises ValueError on a bad port
         except ValueError:
-            self.fail("invalid")
+            self.fail("invalid_url")
         if (
             parts.scheme not in {"http", "https"}
             or not parts.hostname
             or any(c.isspace() for c in value)
         ):
-            self.fail("invalid")
+            self.fail("invalid_url")
         return value
 
 
@@ -50,7 +62,7 @@ def _bytes(**kwargs) -> serializers.IntegerField:
 
 
 class StrictSerializer(serializers.Serializer):
-    """Refuses keys it does not declare."""
+    """Refuses keys it does not declare (the operator API)."""
 
     def to_internal_value(self, data):
         if hasattr(data, "keys"):
@@ -58,6 +70,49 @@ class StrictSerializer(serializers.Serializer):
             if unknown:
                 raise serializers.ValidationError({key: ["Unknown field."] for key in unknown})
         return super().to_internal_value(data)
+
+
+class NodeAPISerializer(serializers.Serializer):
+    """Validates the keys it declares and ignores the others, as GitLab's API does.
+
+    An ignored key is appended, as its dotted path from the top of the body, to
+    the root's ``unknown_keys`` (shared through the context with the serializers
+    a ``JSONObjectField`` makes). ``ignored_keys`` are accepted without being
+    validated or collected: parameters GitLab declares that this project does
+    not use. With ``free_keys`` the undeclared keys are neither collected nor
+    dropped: they are kept in the validated data as sent (free JSON).
+    """
+
+    ignored_keys: frozenset[str] = frozenset()
+    free_keys: bool = False
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._context.setdefault("unknown_keys", [])
+
+    @property
+    def unknown_keys(self) -> list[str]:
+        return self.context["unknown_keys"]
+
+    @property
+    def key_path(self) -> str:
+        """This serializer's place in the body: ``""`` at the top, else ``"a.b."``."""
+        if self.parent is not None:
+            return f"{getattr(self.parent, 'key_path', '')}{self.field_name}."
+        return self.context.get("key_prefix", "")
+
+    def to_internal_value(self, data):
+        extra = []
+        if hasattr(data, "keys"):
+            fields = self.fields
+            extra = [k for k in data if k not in fields and k not in self.ignored_keys]
+            if extra and not self.free_keys:
+                prefix = self.key_path
+                self.unknown_keys.extend(f"{prefix}{key}" for key in extra)
+        value = super().to_internal_value(data)
+        if self.free_keys and extra:
+            value = {**{key: data[key] for key in extra}, **value}
+        return value
 
 
 class JSONObjectField(serializers.Field):
@@ -77,7 +132,8 @@ class JSONObjectField(serializers.Field):
                 self.fail("invalid")
         if not isinstance(data, dict):
             self.fail("invalid")
-        inner = self.serializer_class(data=data)
+        prefix = f"{getattr(self.parent, 'key_path', '')}{self.field_name}."
+        inner = self.serializer_class(data=data, context={**self.context, "key_prefix": prefix})
         if not inner.is_valid():
             raise serializers.ValidationError(inner.errors)
         return inner.validated_data
@@ -99,7 +155,7 @@ def _count(**kwargs) -> serializers.IntegerField:
     return serializers.IntegerField(min_value=0, max_value=2**31 - 1, **kwargs)
 
 
-class ProcessMetricsSerializer(StrictSerializer):
+class ProcessMetricsSerializer(NodeAPISerializer):
     """GitLab's ``process_metrics`` block, for the indexer and for the webserver."""
 
     mmap_current = _bytes(required=False)
@@ -117,7 +173,7 @@ class WebserverMetricsSerializer(ProcessMetricsSerializer):
     memory_limit_bytes = _bytes(required=False)
 
 
-class ProcessHealthSerializer(StrictSerializer):
+class ProcessHealthSerializer(NodeAPISerializer):
     indexer = ProcessMetricsSerializer(required=False)
     webserver = WebserverMetricsSerializer(required=False)
 
@@ -125,8 +181,12 @@ class ProcessHealthSerializer(StrictSerializer):
 # --- heartbeat ------------------------------------------------------------------------
 
 
-class HeartbeatSerializer(StrictSerializer):
+class HeartbeatSerializer(NodeAPISerializer):
     """``POST /api/v4/internal/search/zoekt/<uuid>/heartbeat`` (reference 3.2)."""
+
+    # GitLab's route parameter, which its own request specs also send in the body; the
+    # path names the node.
+    ignored_keys = frozenset({"uuid"})
 
     def get_fields(self):
         return {
@@ -163,14 +223,17 @@ class HeartbeatSerializer(StrictSerializer):
         # hand the action the flat names the node sent.
         attrs = _flatten_dotted(attrs)
         if attrs["disk.used"] > attrs["disk.all"]:
-            raise serializers.ValidationError({"disk.used": ["Must not exceed disk.all."]})
+            raise serializers.ValidationError(
+                {"disk.used": ["Must not exceed disk.all."]}, code="exceeds_disk_all"
+            )
         # Unknown names are dropped, but a node must offer at least one service
         # (GitLab's validation; an empty list would fail the node's save).
         if "node.services" in attrs and not any(
             name in SERVICE_NAMES for name in attrs["node.services"]
         ):
             raise serializers.ValidationError(
-                {"node.services": ["Must name at least one known service (zoekt)."]}
+                {"node.services": ["Must name at least one known service (zoekt)."]},
+                code="no_known_service",
             )
         return attrs
 
@@ -193,23 +256,33 @@ def _flatten_dotted(attrs: dict) -> dict:
 # --- callback -------------------------------------------------------------------------------
 
 
-class CallbackPayloadSerializer(StrictSerializer):
-    task_id = serializers.IntegerField(min_value=1, max_value=MAX_BIGINT)
+class CallbackPayloadSerializer(NodeAPISerializer):
+    """The task's ``Callback.payload`` echoed back: free JSON, as in GitLab.
+
+    Every key is kept; those this project wrote are validated when present. Without a
+    ``task_id`` the callback names no task and is ignored (GitLab's ``find_by_id(nil)``).
+    """
+
+    free_keys = True
+
+    task_id = serializers.IntegerField(min_value=1, max_value=MAX_BIGINT, required=False)
     schema_version = serializers.IntegerField(min_value=0, max_value=MAX_SMALLINT, required=False)
     service_type = serializers.CharField(max_length=64, required=False)
 
 
-class RepoStatsSerializer(StrictSerializer):
+class RepoStatsSerializer(NodeAPISerializer):
     size_in_bytes = _bytes(required=False)
     index_file_count = serializers.IntegerField(min_value=0, max_value=2**31 - 1, required=False)
 
 
-class AdditionalPayloadSerializer(StrictSerializer):
+class AdditionalPayloadSerializer(NodeAPISerializer):
     repo_stats = RepoStatsSerializer(required=False)
 
 
-class CallbackSerializer(StrictSerializer):
+class CallbackSerializer(NodeAPISerializer):
     """``POST /api/v4/internal/search/zoekt/<uuid>/callback`` (reference 3.3)."""
+
+    ignored_keys = frozenset({"uuid"})
 
     name = serializers.ChoiceField(choices=["index", "delete"])
     success = RequiredBooleanField()

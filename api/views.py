@@ -6,6 +6,7 @@ import uuid
 
 from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
 from rest_framework import status
+from rest_framework.exceptions import ErrorDetail, ValidationError
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -13,20 +14,49 @@ from api import serializers
 from api.authentication import GitlabShellJWTAuthentication
 from api.errors import PayloadTooLarge, UnprocessableEntity
 from api.parsers import FormParser, JSONParser, MultiPartParser
-from zoekt import actions
+from zoekt import actions, nodeapimetrics
 from zoekt.logging import get_logger
 from zoekt.models import Node
 
 log = get_logger(__name__)
 
+INVALID_UUID = {"uuid": ["Must be a valid UUID."]}
 
-def parse_node_uuid(value: str) -> uuid.UUID:
+
+def _error_codes(detail) -> set[str]:
+    if isinstance(detail, dict):
+        return {code for value in detail.values() for code in _error_codes(value)}
+    if isinstance(detail, list):
+        return {code for value in detail for code in _error_codes(value)}
+    return {detail.code if isinstance(detail, ErrorDetail) else "invalid"}
+
+
+def validated(
+    serializer: serializers.NodeAPISerializer,
+    endpoint: str,
+    uuid_text: str,
+    *,
+    unprocessable_codes: frozenset[str] = frozenset(),
+) -> tuple[uuid.UUID, dict]:
+    """The node's uuid and the validated body, or the error GitLab would answer.
+
+    As in GitLab the body's parameters are checked first: a malformed one is a 400.
+    A well-formed body whose only errors are ``unprocessable_codes`` (a node the
+    model would not save), or a uuid that is not a UUID, is a 422. Undeclared keys
+    are counted and logged whatever the outcome.
+    """
+    valid = serializer.is_valid()
+    nodeapimetrics.note_unknown_keys(endpoint, uuid_text, serializer.unknown_keys)
+    errors = {} if valid else dict(serializer.errors)
+    if errors and not _error_codes(errors) <= unprocessable_codes:
+        raise ValidationError(errors)
     try:
-        return uuid.UUID(value)
+        node_uuid = uuid.UUID(uuid_text)
     except ValueError:
-        from rest_framework.exceptions import ValidationError
-
-        raise ValidationError({"uuid": ["Must be a valid UUID."]}) from None
+        errors.update(INVALID_UUID)
+    if errors:
+        raise UnprocessableEntity(errors)
+    return node_uuid, serializer.validated_data
 
 
 class NodeAPIView(APIView):
@@ -92,15 +122,23 @@ class HeartbeatView(NodeAPIView):
         summary="A node reports itself and receives its tasks",
         request=serializers.HeartbeatSerializer,
         responses={
-            200: OpenApiResponse(description="id, truncate, tasks, pull_frequency, stop_indexing")
+            200: OpenApiResponse(description="id, truncate, tasks, pull_frequency, stop_indexing"),
+            400: OpenApiResponse(description="A malformed parameter"),
+            422: OpenApiResponse(
+                description="A node GitLab's model refuses (an empty or invalid URL, no known "
+                "service), or a uuid that is not a UUID"
+            ),
         },
         examples=[OpenApiExample("A node's heartbeat", value=HEARTBEAT_EXAMPLE, request_only=True)],
     )
     def post(self, request, uuid: str):
-        node_uuid = parse_node_uuid(uuid)
-        serializer = serializers.HeartbeatSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        reply = actions.do_heartbeat(node_uuid, serializer.validated_data)
+        node_uuid, data = validated(
+            serializers.HeartbeatSerializer(data=request.data),
+            "heartbeat",
+            uuid,
+            unprocessable_codes=serializers.NODE_INVALID_CODES,
+        )
+        reply = actions.do_heartbeat(node_uuid, data)
         return Response(reply.as_dict())
 
 
@@ -111,7 +149,8 @@ class CallbackView(NodeAPIView):
         request=serializers.CallbackSerializer,
         responses={
             202: OpenApiResponse(description="Accepted"),
-            422: OpenApiResponse(description="Unknown node"),
+            400: OpenApiResponse(description="A malformed parameter"),
+            422: OpenApiResponse(description="Unknown node, or a uuid that is not a UUID"),
         },
         examples=[
             OpenApiExample(
@@ -139,17 +178,17 @@ class CallbackView(NodeAPIView):
         ],
     )
     def post(self, request, uuid: str):
-        node_uuid = parse_node_uuid(uuid)
-        serializer = serializers.CallbackSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        data = serializer.validated_data
+        node_uuid, data = validated(
+            serializers.CallbackSerializer(data=request.data), "callback", uuid
+        )
         node = Node.objects.filter(uuid=node_uuid).first()
         log_fields = {
             "node_uuid": str(node_uuid),
             "name": data["name"],
             "success": data["success"],
-            "task_id": data["payload"]["task_id"],
+            "task_id": data["payload"].get("task_id"),
             "error": data.get("error"),
+            "payload": data["payload"],
         }
         if node is None:
             log.error("callback_unknown_node", **log_fields)

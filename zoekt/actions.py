@@ -215,8 +215,14 @@ TASK_FAILED_CLAIM_SECONDS = 8 * 24 * 3600
 
 
 def do_apply_callback(node: Node, data: dict) -> CallbackOutcome:
-    """Apply a node's report on one of its tasks (reference 7.5). Safe to repeat."""
-    task_id = data["payload"]["task_id"]
+    """Apply a node's report on one of its tasks (reference 7.5). Safe to repeat.
+
+    ``payload`` is free JSON; one without a ``task_id`` names no task and is
+    ignored, as GitLab ignores a task it cannot find.
+    """
+    task_id = data["payload"].get("task_id")
+    if task_id is None:
+        return CallbackOutcome("ignored_unknown_task", None)
     now = clock.now()
     with transaction.atomic():
         task = Task.objects.select_for_update().filter(id=task_id, zoekt_node_id=node.id).first()
@@ -276,11 +282,20 @@ def retry_delay_seconds(retries_left: int, jitter_fraction: float) -> float:
 
 
 def _apply_failure(task: Task, now) -> CallbackOutcome:
+    """GitLab's retry rule for every task that is not failed yet, pending ones too (7.4).
+
+    Two exceptions keep a report safe to repeat: a task that is finished (done,
+    skipped, orphaned) is left alone, where GitLab would spend a retry on it and
+    could even fail a done task; and a task whose ``perform_at`` is in the future
+    has not been offered since it was scheduled, so the report is a repeat of
+    the one that scheduled it (or is about no run of it) and spends nothing.
+    """
     if task.state == Task.State.FAILED:
         return CallbackOutcome("ignored_already_failed", task.id)
-    if task.state != Task.State.PROCESSING or task.perform_at > now:
-        # Not handed out, or already rescheduled by this same report: a repeat.
+    if task.state not in (Task.State.PENDING, Task.State.PROCESSING):
         return CallbackOutcome("ignored_not_processing", task.id)
+    if task.perform_at > now:
+        return CallbackOutcome("ignored_already_rescheduled", task.id)
     if task.retries_left > 1:
         delay = retry_delay_seconds(task.retries_left, random.random())
         Task.objects.filter(id=task.id).update(

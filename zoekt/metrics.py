@@ -34,7 +34,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from zoekt import clock, jobmetrics, readmodels
+from zoekt import clock, jobmetrics, nodeapimetrics, readmodels
 from zoekt.logging import get_logger
 from zoekt.models import Index, Repository
 
@@ -60,6 +60,7 @@ class FleetCollector:
         yield from self._fleet_counts(overview)
         yield from self._rollout_plan()
         yield from self._jobs()
+        yield from self._node_api()
 
     # --- GitLab's names -------------------------------------------------------------
     def _gitlab_node_metrics(self, overview: readmodels.FleetOverview) -> Iterator[Metric]:
@@ -308,6 +309,23 @@ class FleetCollector:
             last.add_metric([job.job], job.last_seconds)
             finished.add_metric([job.job], job.last_finished)
         yield from (duration, failures, last, finished)
+
+    def _node_api(self) -> Iterator[Metric]:
+        """Keys the node API ignored (``zoekt.nodeapimetrics``, one Redis round trip)."""
+        try:
+            rows = nodeapimetrics.read()
+        except Exception as exc:  # Redis away: the fleet's figures are still served
+            log.warning("node_api_metrics_unavailable", error=f"{type(exc).__name__}: {exc}")
+            return
+        unknown = CounterMetricFamily(
+            "zoekt_control_node_api_unknown_keys",
+            "Node API requests that carried a key the endpoint does not declare (ignored), "
+            "by endpoint and the key's dotted path.",
+            labels=["endpoint", "key"],
+        )
+        for endpoint, key, requests in rows:
+            unknown.add_metric([endpoint, key], requests)
+        yield unknown
 
 
 def _authorized(request: HttpRequest) -> bool:

@@ -10,6 +10,7 @@ retries. Every report is safe to repeat.
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 
 import pytest
@@ -124,6 +125,66 @@ def test_a_report_on_a_task_that_does_not_exist_is_accepted_and_ignored(node_api
     report(node_api, node, body, action="ignored_unknown_task")
 
     assert db_snapshot() == before
+
+
+# --- the payload is free JSON, as in GitLab ---------------------------------------------------
+
+
+def callback_logs(caplog) -> list[dict]:
+    return [
+        record.msg
+        for record in caplog.records
+        if isinstance(record.msg, dict) and record.msg.get("event") == "callback"
+    ]
+
+
+@pytest.mark.parametrize("form", [False, True], ids=["json", "form"])
+@pytest.mark.parametrize("success_", [True, False], ids=["success", "failure"])
+def test_a_payload_without_a_task_id_is_accepted_ignored_and_logged(
+    node_api, node, index_task, caplog, form, success_
+):
+    caplog.set_level(logging.INFO)
+    before = db_snapshot()
+    body = {"name": "index", "success": success_, "payload": {"key": "value"}}
+
+    report(node_api, node, body, form=form, action="ignored_unknown_task")
+
+    assert db_snapshot() == before
+    (logged,) = callback_logs(caplog)
+    assert logged["payload"] == {"key": "value"}
+    assert logged["task_id"] is None
+    assert logged["level"] == ("info" if success_ else "error")
+
+
+def test_a_payload_with_keys_of_its_own_is_applied_and_logged_whole(
+    node_api, node, repository, index_task, caplog
+):
+    caplog.set_level(logging.INFO)
+    payload = {"task_id": index_task.id, "schema_version": 1, "trace": {"span": "a1"}}
+    body = {**success(index_task), "payload": payload}
+
+    report(node_api, node, body, action="done")
+
+    assert fresh(index_task).state == Task.State.DONE
+    assert fresh(repository).state == Repository.State.READY
+    (logged,) = callback_logs(caplog)
+    assert logged["payload"] == payload
+    assert logged["task_id"] == index_task.id
+
+
+def test_a_callback_from_an_unknown_node_logs_its_payload(node_api, index_task, caplog):
+    caplog.set_level(logging.INFO)
+    body = {"name": "index", "success": True, "payload": {"key": "value"}}
+
+    response = node_api.callback("5d0a0f6c-1b9e-4c55-8f0e-3c1d2b7a9e10", body)
+
+    assert response.status_code == 422
+    logged = [
+        r.msg
+        for r in caplog.records
+        if isinstance(r.msg, dict) and r.msg.get("event") == "callback_unknown_node"
+    ]
+    assert [r["payload"] for r in logged] == [{"key": "value"}]
 
 
 # --- success ------------------------------------------------------------------------------------
@@ -294,7 +355,7 @@ def test_a_repeated_failure_report_changes_nothing_the_second_time(node_api, nod
     report(node_api, node, failure(index_task), action="retry_scheduled")
     before = db_snapshot()
 
-    report(node_api, node, failure(index_task), action="ignored_not_processing")
+    report(node_api, node, failure(index_task), action="ignored_already_rescheduled")
 
     assert db_snapshot() == before
 
@@ -303,7 +364,87 @@ def test_a_failure_report_on_a_finished_task_changes_nothing(node_api, node, ind
     report(node_api, node, success(index_task))
     before = db_snapshot()
 
-    report(node_api, node, failure(index_task))
+    report(node_api, node, failure(index_task), action="ignored_not_processing")
+
+    assert db_snapshot() == before
+
+
+@pytest.mark.parametrize(
+    "state",
+    [Task.State.DONE, Task.State.SKIPPED, Task.State.ORPHANED],
+    ids=["done", "skipped", "orphaned"],
+)
+def test_a_failure_report_on_a_task_no_longer_live_changes_nothing(
+    node_api, node, index_task, state
+):
+    Task.objects.filter(pk=index_task.pk).update(state=state)
+    before = db_snapshot()
+
+    report(node_api, node, failure(index_task), action="ignored_not_processing")
+
+    assert db_snapshot() == before
+
+
+# --- a failure on a task that is still pending (GitLab: every task but a failed one) -------
+
+
+@pytest.fixture
+def pending_task(repository) -> Task:
+    """An index task that is due and still pending (GitLab retries it on a failure too)."""
+    return make_task(repository, state=Task.State.PENDING)
+
+
+def test_a_failure_on_a_pending_task_spends_a_retry_with_backoff(node_api, node, pending_task, now):
+    report(node_api, node, failure(pending_task), action="retry_scheduled")
+
+    task = fresh(pending_task)
+    assert task.retries_left == 2
+    assert task.state == Task.State.PENDING
+    assert 300 <= seconds_until(task, now) <= 450
+
+
+def test_a_pending_task_is_not_handed_out_before_its_retry_is_due(
+    node_api, node, pending_task, now
+):
+    report(node_api, node, failure(pending_task), action="retry_scheduled")
+
+    assert node_api.heartbeat(node.uuid).json()["tasks"] == []
+    clock.advance(450)
+    (task,) = node_api.heartbeat(node.uuid).json()["tasks"]
+    assert task["payload"]["Callback"]["payload"]["task_id"] == pending_task.id
+
+
+def test_a_repeated_failure_on_a_pending_task_spends_one_retry(node_api, node, pending_task):
+    report(node_api, node, failure(pending_task), action="retry_scheduled")
+    before = db_snapshot()
+
+    report(node_api, node, failure(pending_task), action="ignored_already_rescheduled")
+
+    assert db_snapshot() == before
+    assert fresh(pending_task).retries_left == 2
+
+
+def test_the_final_failure_of_a_pending_task_fails_it_and_queues_the_repository_handling(
+    node_api, node, pending_task, django_capture_on_commit_callbacks
+):
+    Task.objects.filter(pk=pending_task.pk).update(retries_left=1)
+
+    with django_capture_on_commit_callbacks() as callbacks:
+        report(node_api, node, failure(pending_task), action="failed")
+
+    task = fresh(pending_task)
+    assert (task.state, task.retries_left) == (Task.State.FAILED, 0)
+    assert [c.args for c in callbacks] == [(pending_task.id,)]
+
+
+def test_a_failure_on_a_pending_task_scheduled_for_later_changes_nothing(
+    node_api, node, repository, now
+):
+    """Not offered since it was scheduled, so the report cannot be about a run of it."""
+    task = make_task(repository, state=Task.State.PENDING, perform_at=now + timedelta(minutes=5))
+    before = db_snapshot()
+
+    report(node_api, node, failure(task), action="ignored_already_rescheduled")
 
     assert db_snapshot() == before
 
