@@ -5,7 +5,9 @@ Input: a plan in the contract's JSON shape (``Plan.to_dict()`` /
 written and what was refused, as data.
 
 Everything runs in **one transaction** (a savepoint when the caller already
-holds one, as the rollout job does inside its advisory lock):
+holds one, as the rollout job does inside its advisory lock). As in GitLab,
+provisioning is **atomic per replica**: a replica is written whole or not at
+all, and one replica's failure costs no other replica anything.
 
 1. **Lock.** The enabled namespaces the plan names are locked ``FOR NO KEY
    UPDATE`` and the nodes it places indices on ``FOR UPDATE``, each in id
@@ -13,39 +15,47 @@ holds one, as the rollout job does inside its advisory lock):
    heartbeat can change a node's usable bytes, no index can claim more of a
    node (``Index.update_storage_bytes_and_watermark_level`` locks the node
    first) and no enabled namespace can be deleted under us.
-2. **Re-check, with live numbers.** Each locked node's unclaimed storage is
-   recomputed in SQL (usable minus every index's reservation, in any
-   state). Then, per ``create`` namespace and in plan order, every planned
-   index is checked against a ledger that starts from those live values and
-   is debited by each accepted namespace:
+2. **Re-check, with live numbers, per replica.** Each locked node's unclaimed
+   storage is recomputed in SQL (usable minus every index's reservation, in
+   any state). Then, per ``create`` namespace and replica in plan order,
+   every planned index is checked against a ledger that starts from those
+   live values and is debited by each accepted replica:
 
    * node gone or no longer a search node → ``node_not_found``;
-   * the namespace already has an index on that node (an existing replica or
-     an evicted index not yet deleted, reference 10.5/10.6; the unique
-     (enabled namespace, node) index would refuse it) →
-     ``namespace_already_on_node``;
+   * the namespace already has an index on that node (an existing replica,
+     an evicted index not yet deleted, reference 10.5/10.6, or a replica
+     accepted before it; the unique (enabled namespace, node) index would
+     refuse it) → ``namespace_already_on_node``;
    * required bytes > the ledger's unclaimed bytes → ``node_capacity_exceeded``.
 
-   One refusal refuses the **whole namespace**: none of its replicas is
-   written (GitLab rolls back one replica at a time and may keep the
-   others; here a namespace is all or nothing, like a plan failure).
-3. **Write.** The accepted namespaces are inserted in chunks: one
+   A refusal refuses that replica only; the namespace's other replicas are
+   still checked and written. Errors carry the node's id and name.
+3. **Write.** The accepted replicas are inserted in chunks of namespaces: one
    ``bulk_create`` for the chunk's replicas (state pending) and one for their
    indices (state pending, ``reserved_storage_bytes`` = required bytes,
    ``metadata`` = the project-namespace range with null ends removed), inside
-   a savepoint. Should the database still refuse a chunk (something the checks
-   did not foresee, such as a hand-written plan with two indices of one
-   namespace on one node), the chunk's savepoint is rolled back and its
-   namespaces are written one by one, each in its own savepoint, so only the
-   offending namespace is left out (``provisioning_failed`` or
-   ``namespace_already_on_node``) and nothing is half-written.
-4. **Stamp.** Plan failures and refused namespaces get
+   a savepoint. Should the chunk fail (something the checks did not foresee,
+   such as a conflicting row, or any unexpected error), its savepoint is
+   rolled back and its replicas are written one by one, each in its own
+   savepoint (nested ``transaction.atomic``), so only the offending replica
+   is left out (``namespace_already_on_node`` or ``provisioning_failed``) and
+   nothing is half-written.
+4. **Stamp, per namespace, after its replicas.** A namespace of which at
+   least one replica was written has ``last_rollout_failed_at`` cleared; one
+   of which nothing could be written (every replica refused or failed, or
+   its re-check raised an unexpected error) and the plan failures get
    ``last_rollout_failed_at`` = ``clock.now()`` and
-   ``metadata.rollout_required_storage_bytes`` (one statement); namespaces
-   written successfully have ``last_rollout_failed_at`` cleared.
+   ``metadata.rollout_required_storage_bytes`` (one statement).
 5. **Destroy.** The replicas listed by ``destroy`` plans are deleted in one
    statement, each only if it belongs to that namespace; their indices are
-   detached by the ``ON DELETE SET NULL`` foreign key and orphaned later.
+   detached by the ``ON DELETE SET NULL`` foreign key and orphaned later. A
+   destroy whose enabled namespace no longer exists is a
+   ``missing_enabled_namespace`` error; one that removes nothing adds no
+   success entry. Should the statement fail, each namespace's destroy is run
+   in its own savepoint and only the failing one is reported.
+
+An unexpected error while provisioning one namespace is caught, logged and
+recorded as ``provisioning_failed``; the rest of the batch goes on.
 
 The number of statements depends on the number of namespaces (one chunk of
 ``CHUNK_SIZE`` at a time), never on the number of projects.
@@ -53,6 +63,7 @@ The number of statements depends on the number of namespaces (one chunk of
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -62,13 +73,18 @@ from typing import Any
 from django.db import DatabaseError, IntegrityError, connection, transaction
 
 from zoekt import clock
+from zoekt.logging import get_logger
 from zoekt.models import EnabledNamespace, Index, Node, Replica
 from zoekt.reasons import Reason
+
+log = get_logger(__name__)
 
 #: Namespaces written per pair of bulk inserts.
 CHUNK_SIZE = 500
 
 _UNIQUE_NAMESPACE_NODE = "index_zoekt_indices_on_enabled_namespace_id_and_node_id"
+#: PostgreSQL's detail of a unique violation: ``Key (a, b)=(1, 2) already exists.``
+_UNIQUE_DETAIL = re.compile(r"\)=\(\s*(\d+)\s*,\s*(\d+)\s*\)")
 
 #: ``progress(namespaces_done, namespaces_total)``
 Progress = Callable[[int, int], None]
@@ -86,11 +102,12 @@ class ProvisioningResult:
     """What the apply wrote and what it refused (GitLab's success/error entries, plus a type)."""
 
     #: ``{namespace_id, replica_id}`` per replica created, then
-    #: ``{namespace_id, replicas_destroyed}`` per destroy plan.
+    #: ``{namespace_id, replicas_destroyed}`` per destroy that removed something.
     successes: list[dict[str, Any]] = field(default_factory=list)
-    #: ``{type, message, failed_namespace_id, node_id, replica_idx}``.
+    #: ``{type, message, failed_namespace_id, node_id, node_name, replica_idx}``.
     errors: list[dict[str, Any]] = field(default_factory=list)
-    #: Root namespace ids stamped ``last_rollout_failed_at`` (plan failures and refusals).
+    #: Root namespace ids stamped ``last_rollout_failed_at``: plan failures and
+    #: namespaces of which nothing could be written.
     failed_namespace_ids: list[int] = field(default_factory=list)
 
     @property
@@ -111,6 +128,14 @@ class _LiveNode:
     unclaimed_storage_bytes: int
 
 
+@dataclass(slots=True)
+class _Accepted:
+    """A namespace's replicas that passed the re-check: ``(replica_idx, replica plan)``."""
+
+    ns_plan: Mapping[str, Any]
+    replicas: list[tuple[int, Mapping[str, Any]]]
+
+
 class ProvisioningService:
     def __init__(
         self,
@@ -125,46 +150,54 @@ class ProvisioningService:
         self.progress = progress
         self.chunk_size = chunk_size
         self.result = ProvisioningResult()
+        #: Node id -> name: the live row's metadata ``name``, else the plan's.
+        self.node_names: dict[int, str] = {}
 
     def execute(self) -> ProvisioningResult:
         creates = list(self.plan.get("create", ()))
         failures = list(self.plan.get("failures", ()))
         destroys = list(self.plan.get("destroy", ()))
         with transaction.atomic():
-            enabled = self._lock_enabled_namespaces([*creates, *failures])
+            enabled = self._lock_enabled_namespaces([*creates, *failures, *destroys])
+            self._names_from_plan(creates)
             live = self._lock_nodes(creates)
             taken = self._existing_placements(creates)
             failed: dict[int, int] = {}  # enabled namespace id -> required bytes
             for ns_plan in failures:
                 if self._enabled_for(ns_plan, enabled) is not None:
                     failed[ns_plan["enabled_namespace_id"]] = _required(ns_plan)
-            accepted = []
+            accepted: list[_Accepted] = []
             for ns_plan in creates:
                 if self._enabled_for(ns_plan, enabled) is None:
-                    self._error(
-                        Reason.MISSING_ENABLED_NAMESPACE,
-                        f"Enabled namespace {ns_plan['enabled_namespace_id']} for namespace "
-                        f"{ns_plan['namespace_id']} not found",
-                        ns_plan,
-                    )
-                elif self._check(ns_plan, live, taken):
-                    accepted.append(ns_plan)
-                else:
+                    self._missing(ns_plan)
+                    continue
+                try:
+                    replicas = self._check(ns_plan, live, taken)
+                except Exception as exc:  # one namespace's surprise never stops the batch
+                    self._unexpected(exc, ns_plan)
+                    failed[ns_plan["enabled_namespace_id"]] = _required(ns_plan)
+                    continue
+                if replicas:
+                    accepted.append(_Accepted(ns_plan, replicas))
+                elif ns_plan.get("replicas"):
                     failed[ns_plan["enabled_namespace_id"]] = _required(ns_plan)
             done = len(creates) - len(accepted)
+            written: Counter[int] = Counter()
             for start in range(0, len(accepted), self.chunk_size):
                 chunk = accepted[start : start + self.chunk_size]
-                for ns_plan in self._write(chunk):
-                    failed[ns_plan["enabled_namespace_id"]] = _required(ns_plan)
+                written.update(self._write(chunk))
                 done += len(chunk)
                 if self.progress is not None:
                     self.progress(done, len(creates))
+            for item in accepted:
+                if not written[item.ns_plan["enabled_namespace_id"]]:
+                    failed[item.ns_plan["enabled_namespace_id"]] = _required(item.ns_plan)
             self._stamp(enabled, failed)
-            self._destroy(destroys)
+            self._destroy(destroys, enabled)
         return self.result
 
     # ------------------------------------------------------------------ #
-    # Locks and live numbers
+    # Locks, names and live numbers
 
     def _lock_enabled_namespaces(
         self, plans: Iterable[Mapping[str, Any]]
@@ -179,13 +212,24 @@ class ProvisioningService:
         )
         return {row.id: row for row in rows}
 
+    def _names_from_plan(self, creates: list[Mapping[str, Any]]) -> None:
+        """The names the plan carries (``nodes[].name``, each index's ``node_name``)."""
+        for node in self.plan.get("nodes") or ():
+            if node.get("name"):
+                self.node_names[node["id"]] = str(node["name"])
+        for ns_plan in creates:
+            for replica in ns_plan.get("replicas") or ():
+                for index in replica.get("indices") or ():
+                    if index.get("node_name"):
+                        self.node_names[index["node_id"]] = str(index["node_name"])
+
     def _lock_nodes(self, creates: list[Mapping[str, Any]]) -> dict[int, _LiveNode]:
         ids = sorted(
             {
                 index["node_id"]
                 for ns_plan in creates
-                for replica in ns_plan["replicas"]
-                for index in replica["indices"]
+                for replica in ns_plan.get("replicas") or ()
+                for index in replica.get("indices") or ()
             }
         )
         if not ids:
@@ -195,12 +239,14 @@ class ProvisioningService:
             .with_unclaimed_storage_bytes()
             .select_for_update()
             .order_by("id")
-            .values_list("id", "services", "annotated_unclaimed_storage_bytes")
+            .values_list("id", "services", "annotated_unclaimed_storage_bytes", "metadata__name")
         )
-        return {
-            node_id: _LiveNode(Node.Service.ZOEKT in services, unclaimed)
-            for node_id, services, unclaimed in rows
-        }
+        live = {}
+        for node_id, services, unclaimed, name in rows:
+            live[node_id] = _LiveNode(Node.Service.ZOEKT in services, unclaimed)
+            if name:
+                self.node_names[node_id] = str(name)
+        return live
 
     def _existing_placements(self, creates: list[Mapping[str, Any]]) -> set[tuple[int, int]]:
         """(enabled namespace, node) pairs that already have an index row, any state."""
@@ -222,6 +268,11 @@ class ProvisioningService:
             return None
         return row
 
+    def _node(self, node_id: int, word: str = "Node") -> str:
+        """``Node 7 (zoekt-a)``, or ``Node 7`` for a node without a name."""
+        name = self.node_names.get(node_id)
+        return f"{word} {node_id}" if name is None else f"{word} {node_id} ({name})"
+
     # ------------------------------------------------------------------ #
     # The re-check
 
@@ -230,88 +281,106 @@ class ProvisioningService:
         ns_plan: Mapping[str, Any],
         live: dict[int, _LiveNode],
         taken: set[tuple[int, int]],
-    ) -> bool:
-        """Whether every index of the namespace still fits; debits the ledger if so."""
+    ) -> list[tuple[int, Mapping[str, Any]]]:
+        """The namespace's replicas that still fit, each whole; debits the ledger for them.
+
+        The ledger and ``taken`` change only once the whole namespace has been
+        checked, so an error half-way leaves them as they were.
+        """
         enabled_id = ns_plan["enabled_namespace_id"]
-        ledger: dict[int, int] = {}
-        refused = False
+        ledger: dict[int, int] = {}  # this namespace's debits so far, by node
+        used: set[int] = set()  # nodes of this namespace's accepted replicas
+        accepted = []
         for replica_idx, replica in enumerate(ns_plan["replicas"]):
+            replica_ledger = dict(ledger)
+            replica_nodes: set[int] = set()
+            refused = False
             for index in replica["indices"]:
                 node_id = index["node_id"]
-                required = index["required_storage_bytes"]
+                required = int(index["required_storage_bytes"])
                 node = live.get(node_id)
                 if node is None or not node.for_search:
                     self._error(
                         Reason.NODE_NOT_FOUND,
-                        f"Node {node_id} not found (deleted or no longer a search node)",
+                        f"{self._node(node_id)} not found (deleted or no longer a search node)",
                         ns_plan,
                         node_id=node_id,
                         replica_idx=replica_idx,
                     )
-                elif (enabled_id, node_id) in taken:
+                elif (enabled_id, node_id) in taken or node_id in used | replica_nodes:
                     self._error(
                         Reason.NAMESPACE_ALREADY_ON_NODE,
-                        f"Namespace {ns_plan['namespace_id']} already has an index on node "
-                        f"{node_id}",
+                        f"Namespace {ns_plan['namespace_id']} already has an index on "
+                        f"{self._node(node_id, 'node')}",
                         ns_plan,
                         node_id=node_id,
                         replica_idx=replica_idx,
                     )
                 else:
-                    available = ledger.get(node_id, node.unclaimed_storage_bytes)
+                    available = replica_ledger.get(node_id, node.unclaimed_storage_bytes)
                     if required <= available:
-                        ledger[node_id] = available - required
+                        replica_ledger[node_id] = available - required
+                        replica_nodes.add(node_id)
                         continue
                     self._error(
                         Reason.NODE_CAPACITY_EXCEEDED,
-                        f"Node {node_id} has {available} unclaimed bytes; the index needs "
-                        f"{required}",
+                        f"{self._node(node_id)} has {available} unclaimed bytes; the index "
+                        f"needs {required}",
                         ns_plan,
                         node_id=node_id,
                         replica_idx=replica_idx,
                     )
                 refused = True
-                break  # as GitLab: the replica's first problem ends its check
-        if refused:
-            return False
+                break  # as GitLab: the replica's first problem ends it
+            if not refused:
+                ledger = replica_ledger
+                used |= replica_nodes
+                accepted.append((replica_idx, replica))
         for node_id, unclaimed in ledger.items():
             live[node_id].unclaimed_storage_bytes = unclaimed
-        return True
+        taken.update((enabled_id, node_id) for node_id in used)
+        return accepted
 
     # ------------------------------------------------------------------ #
     # Writing
 
-    def _write(self, chunk: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-        """Insert the chunk's rows; returns the namespaces the database refused."""
-        try:
-            with transaction.atomic():
-                successes = self._insert(chunk)
-        except DatabaseError as exc:
-            if len(chunk) == 1:
-                self._error(_database_reason(exc), _one_line(exc), chunk[0])
-                return list(chunk)
-            refused = []
-            for ns_plan in chunk:
-                refused.extend(self._write([ns_plan]))
-            return refused
-        self.result.successes.extend(successes)
-        return []
+    def _write(self, chunk: list[_Accepted]) -> Counter[int]:
+        """Insert the chunk's replicas; returns the replicas written per enabled namespace."""
+        items = [(item.ns_plan, idx, replica) for item in chunk for idx, replica in item.replicas]
+        if len(items) > 1:
+            try:
+                with transaction.atomic():
+                    successes = self._insert(items)
+            except Exception:  # one replica at a time finds the culprit(s)
+                pass
+            else:
+                self.result.successes.extend(successes)
+                return Counter(ns_plan["enabled_namespace_id"] for ns_plan, _, _ in items)
+        written: Counter[int] = Counter()
+        for ns_plan, replica_idx, replica in items:
+            try:
+                with transaction.atomic():  # this replica, whole or not at all
+                    successes = self._insert([(ns_plan, replica_idx, replica)])
+            except Exception as exc:
+                self._replica_failed(exc, ns_plan, replica_idx, replica)
+            else:
+                self.result.successes.extend(successes)
+                written[ns_plan["enabled_namespace_id"]] += 1
+        return written
 
-    def _insert(self, chunk: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
-        replicas: list[Replica] = []
-        planned: list[tuple[Mapping[str, Any], Mapping[str, Any]]] = []
-        for ns_plan in chunk:
-            for replica_plan in ns_plan["replicas"]:
-                replicas.append(
-                    Replica(
-                        zoekt_enabled_namespace_id=ns_plan["enabled_namespace_id"],
-                        namespace_id=ns_plan["namespace_id"],
-                        state=Replica.State.PENDING,
-                        created_at=self.now,
-                        updated_at=self.now,
-                    )
-                )
-                planned.append((ns_plan, replica_plan))
+    def _insert(
+        self, items: list[tuple[Mapping[str, Any], int, Mapping[str, Any]]]
+    ) -> list[dict[str, Any]]:
+        replicas = [
+            Replica(
+                zoekt_enabled_namespace_id=ns_plan["enabled_namespace_id"],
+                namespace_id=ns_plan["namespace_id"],
+                state=Replica.State.PENDING,
+                created_at=self.now,
+                updated_at=self.now,
+            )
+            for ns_plan, _, _ in items
+        ]
         Replica.objects.bulk_create(replicas)
         indices = [
             Index(
@@ -325,15 +394,47 @@ class ProvisioningService:
                 created_at=self.now,
                 updated_at=self.now,
             )
-            for replica, (ns_plan, replica_plan) in zip(replicas, planned, strict=True)
+            for replica, (ns_plan, _, replica_plan) in zip(replicas, items, strict=True)
             for index in replica_plan["indices"]
         ]
         if indices:
             Index.objects.bulk_create(indices)
         return [
             {"namespace_id": ns_plan["namespace_id"], "replica_id": replica.id}
-            for replica, (ns_plan, _) in zip(replicas, planned, strict=True)
+            for replica, (ns_plan, _, _) in zip(replicas, items, strict=True)
         ]
+
+    def _replica_failed(
+        self,
+        exc: Exception,
+        ns_plan: Mapping[str, Any],
+        replica_idx: int,
+        replica: Mapping[str, Any],
+    ) -> None:
+        reason = _database_reason(exc) if isinstance(exc, DatabaseError) else None
+        node_ids = {index.get("node_id") for index in replica.get("indices") or ()}
+        node_id = next(iter(node_ids)) if len(node_ids) == 1 else None
+        if reason == Reason.NAMESPACE_ALREADY_ON_NODE:
+            node_id = _conflicting_node(exc, ns_plan["enabled_namespace_id"]) or node_id
+        if reason is None:
+            reason, message = Reason.PROVISIONING_FAILED, _describe(exc)
+            log.warning(
+                "provisioning_failed",
+                namespace_id=ns_plan["namespace_id"],
+                replica_idx=replica_idx,
+                error=message,
+            )
+        elif reason == Reason.NAMESPACE_ALREADY_ON_NODE and node_id is not None:
+            message = (
+                f"Namespace {ns_plan['namespace_id']} already has an index on "
+                f"{self._node(node_id, 'node')}"
+            )
+        else:
+            message = _one_line(exc)
+        self._error(reason, message, ns_plan, node_id=node_id, replica_idx=replica_idx)
+
+    # ------------------------------------------------------------------ #
+    # Stamps and destroys
 
     def _stamp(self, enabled: Mapping[int, EnabledNamespace], failed: Mapping[int, int]) -> None:
         rows = []
@@ -352,34 +453,71 @@ class ProvisioningService:
         created = {
             enabled_id
             for enabled_id, row in enabled.items()
-            if row.root_namespace_id in created_roots
+            if row.root_namespace_id in created_roots and enabled_id not in failed
         }
         if created:
             EnabledNamespace.objects.filter(
                 id__in=sorted(created), last_rollout_failed_at__isnull=False
             ).update(last_rollout_failed_at=None, updated_at=self.now)
 
-    def _destroy(self, destroys: list[Mapping[str, Any]]) -> None:
+    def _destroy(
+        self, destroys: list[Mapping[str, Any]], enabled: Mapping[int, EnabledNamespace]
+    ) -> None:
+        present = []
+        for ns_plan in destroys:
+            if self._enabled_for(ns_plan, enabled) is None:
+                self._missing(ns_plan)
+            elif ns_plan.get("replicas_to_destroy"):
+                present.append(ns_plan)
+        if not present:
+            return
+        failed: set[int] = set()
+        try:
+            with transaction.atomic():
+                deleted = self._delete(present)
+        except Exception:  # one namespace at a time finds the culprit(s)
+            deleted = Counter()
+            for ns_plan in present:
+                try:
+                    with transaction.atomic():
+                        deleted.update(self._delete([ns_plan]))
+                except Exception as exc:
+                    failed.add(ns_plan["enabled_namespace_id"])
+                    self._unexpected(exc, ns_plan)
+        for ns_plan in present:
+            count = deleted[ns_plan["enabled_namespace_id"]]
+            if count and ns_plan["enabled_namespace_id"] not in failed:
+                self.result.successes.append(
+                    {"namespace_id": ns_plan["namespace_id"], "replicas_destroyed": count}
+                )
+
+    @staticmethod
+    def _delete(destroys: list[Mapping[str, Any]]) -> Counter[int]:
+        """Delete the listed replicas of their namespaces; the count per enabled namespace."""
         replica_ids: list[int] = []
         owner_ids: list[int] = []
         for ns_plan in destroys:
-            for replica_id in ns_plan.get("replicas_to_destroy") or ():
+            for replica_id in ns_plan["replicas_to_destroy"]:
                 replica_ids.append(replica_id)
                 owner_ids.append(ns_plan["enabled_namespace_id"])
-        deleted: Counter[int] = Counter()
-        if replica_ids:
-            with connection.cursor() as cursor:
-                cursor.execute(_DESTROY_SQL, [replica_ids, owner_ids])
-                deleted.update(enabled_id for (enabled_id,) in cursor.fetchall())
-        for ns_plan in destroys:
-            self.result.successes.append(
-                {
-                    "namespace_id": ns_plan["namespace_id"],
-                    "replicas_destroyed": deleted[ns_plan["enabled_namespace_id"]],
-                }
-            )
+        with connection.cursor() as cursor:
+            cursor.execute(_DESTROY_SQL, [replica_ids, owner_ids])
+            return Counter(enabled_id for (enabled_id,) in cursor.fetchall())
 
     # ------------------------------------------------------------------ #
+
+    def _missing(self, ns_plan: Mapping[str, Any]) -> None:
+        self._error(
+            Reason.MISSING_ENABLED_NAMESPACE,
+            f"Enabled namespace {ns_plan['enabled_namespace_id']} for namespace "
+            f"{ns_plan['namespace_id']} not found",
+            ns_plan,
+        )
+
+    def _unexpected(self, exc: Exception, ns_plan: Mapping[str, Any]) -> None:
+        message = _describe(exc)
+        log.warning("provisioning_failed", namespace_id=ns_plan.get("namespace_id"), error=message)
+        self._error(Reason.PROVISIONING_FAILED, message, ns_plan)
 
     def _error(
         self,
@@ -394,8 +532,9 @@ class ProvisioningService:
             {
                 "type": str(reason),
                 "message": message,
-                "failed_namespace_id": ns_plan["namespace_id"],
+                "failed_namespace_id": ns_plan.get("namespace_id"),
                 "node_id": node_id,
+                "node_name": None if node_id is None else self.node_names.get(node_id),
                 "replica_idx": replica_idx,
             }
         )
@@ -424,5 +563,19 @@ def _database_reason(exc: DatabaseError) -> Reason:
     return Reason.PROVISIONING_FAILED
 
 
+def _conflicting_node(exc: BaseException, enabled_namespace_id: int) -> int | None:
+    """The node of a unique (enabled namespace, node) violation, from PostgreSQL's detail."""
+    detail = getattr(getattr(exc.__cause__, "diag", None), "message_detail", None) or ""
+    match = _UNIQUE_DETAIL.search(detail)
+    if match is None or int(match.group(1)) != enabled_namespace_id:
+        return None
+    return int(match.group(2))
+
+
 def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())
+
+
+def _describe(exc: BaseException) -> str:
+    """``TypeError: ...``: an unexpected error, by class and message, on one line."""
+    return f"{exc.__class__.__name__}: {_one_line(exc)}"

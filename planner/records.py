@@ -8,9 +8,10 @@ records). It writes one ``RolloutPlan`` row and deletes all but the newest
 * ``plan``: the plan dict, exactly as the ``zoekt_rollout_plan`` log record
   carries it;
 * ``summary``: counts, the bounds (max utilisation over the lower bound),
-  the candidate nodes' names, the phase seconds so far (``summary``);
+  the candidate nodes' names, the namespaces selection skipped and why, the
+  phase seconds so far (``summary``);
 * ``explanation``: per namespace, the decisions and why each candidate node
-  was taken or passed over (``compact_explanation``), for at most
+  (by id and name) was taken or passed over (``compact_explanation``), for at most
   ``EXPLAINED_NAMESPACES`` namespaces (failed ones first, then those with
   warnings, then planning order) and ``DECISIONS_PER_NAMESPACE`` decisions
   each, so a run over thousands of namespaces stays a bounded row. NULL when
@@ -68,7 +69,8 @@ def _create(result: RolloutResult) -> RolloutPlan:
 
     plan = result.plan
     plan_dict = plan.to_dict()
-    explanation = compact_explanation(plan) if plan.log is not None else None
+    names = node_names(result, plan_dict)
+    explanation = compact_explanation(plan, names=names) if plan.log is not None else None
     return RolloutPlan.objects.create(
         dry_run=result.dry_run,
         summary=summary(result, plan_dict, explanation),
@@ -104,6 +106,7 @@ def summary(
         *plan.failures,
     ]
     nodes = result.pool.nodes if result.pool is not None else ()
+    skipped = result.pool.skipped if result.pool is not None else ()
     bounds = plan_dict.get("bounds")
     bounds_source = "plan"
     if bounds is None:
@@ -113,7 +116,11 @@ def summary(
         "outcome": "dry_run" if result.dry_run else None,
         "namespaces_selected": len(result.pool.namespaces) if result.pool is not None else None,
         "nodes_available": len(nodes),
-        "node_names": {str(node.id): _node_name(node.id, node.metadata) for node in nodes},
+        "node_names": {
+            str(node_id): name or f"node-{node_id}"
+            for node_id, name in node_names(result, plan_dict).items()
+        },
+        "namespaces_skipped": [entry.as_dict() for entry in skipped],
         "namespaces_planned": len(namespaces),
         "create": len(plan.create),
         "destroy": len(plan.destroy),
@@ -131,9 +138,16 @@ def summary(
     }
 
 
-def _node_name(node_id: int, metadata: dict | None) -> str:
-    name = (metadata or {}).get("name")
-    return str(name) if name else f"node-{node_id}"
+def node_names(result: RolloutResult, plan_dict: dict[str, Any]) -> dict[int, str | None]:
+    """Each candidate's name (its metadata ``name``), else the plan's; None when it has none."""
+    names: dict[int, str | None] = {}
+    for node in plan_dict.get("nodes") or ():
+        if node.get("name"):
+            names[node["id"]] = str(node["name"])
+    for node in result.pool.nodes if result.pool is not None else ():
+        name = (node.metadata or {}).get("name")
+        names[node.id] = str(name) if name else names.get(node.id)
+    return names
 
 
 def disk_bounds(scenario: dict[str, Any], plan: Plan) -> dict[str, float | None]:
@@ -190,11 +204,13 @@ def compact_explanation(
     *,
     max_namespaces: int = EXPLAINED_NAMESPACES,
     max_decisions: int = DECISIONS_PER_NAMESPACE,
+    names: dict[int, str | None] | None = None,
 ) -> list[dict[str, Any]]:
     """``planner.explain`` for the most telling namespaces, cut down to a bounded size.
 
     Per namespace: its verdict, errors and warnings; per candidate node (in
-    candidate order) the indices it took, how often it was passed over for
+    candidate order, with its name from ``names``, None when it has none) the
+    indices it took, how often it was passed over for
     which reason, for each reason the last requested and available amounts
     (``last``) and the last rejection in words (``detail``); and the first
     ``max_decisions`` decisions without their per-candidate lists.
@@ -220,7 +236,7 @@ def compact_explanation(
             "errors": item["errors"],
             "warnings": item["warnings"],
             "replicas_to_destroy": item.get("replicas_to_destroy"),
-            "nodes": _candidates(item, position),
+            "nodes": _candidates(item, position, names or {}),
             "decisions": [_compact_decision(d) for d in item["decisions"][:max_decisions]],
             "decisions_total": len(item["decisions"]),
         }
@@ -228,7 +244,9 @@ def compact_explanation(
     ]
 
 
-def _candidates(item: dict[str, Any], position: dict[int, int]) -> list[dict[str, Any]]:
+def _candidates(
+    item: dict[str, Any], position: dict[int, int], names: dict[int, str | None]
+) -> list[dict[str, Any]]:
     """Per candidate node of one namespace, in candidate order: taken, passed over, why."""
     from planner.filters import Rejection
 
@@ -238,6 +256,7 @@ def _candidates(item: dict[str, Any], position: dict[int, int]) -> list[dict[str
         if node_id not in nodes:
             nodes[node_id] = {
                 "node_id": node_id,
+                "node_name": names.get(node_id),
                 "taken": [],
                 "passed_over": Counter(),
                 "last": {},

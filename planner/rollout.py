@@ -4,7 +4,9 @@
    time (lost-node clean-up leaves them; deleting them is how their
    namespaces get re-placed).
 2. Select (``planner.selection``). No namespaces, or no nodes: stop with
-   that result, no re-enqueue.
+   that result, no re-enqueue. Namespaces selection skips (GitLab's project
+   limit) are named in the run's summary, and the re-selection of step 7
+   skips them too, so they never cause a re-enqueue.
 3. Load the scenario (``planner.loader``) and plan it (``planner.core``).
 4. Log the whole plan as **one** structured JSON record (event and key
    ``zoekt_rollout_plan``), dry run or not, and keep it as a row for the
@@ -102,6 +104,7 @@ class RolloutResult:
         if self.pool is not None:
             out["namespaces_selected"] = len(self.pool.namespaces)
             out["nodes_available"] = len(self.pool.nodes)
+            out["namespaces_skipped"] = [skipped.as_dict() for skipped in self.pool.skipped]
         if self.plan is not None:
             out["plan"] = {
                 "create": len(self.plan.create),

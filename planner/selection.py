@@ -6,7 +6,11 @@ GitLab's ``SelectionService``, at the database edge of the planner:
   failed, or failed longer ago than the retry interval), walked in id
   batches of 5,000; within each batch those whose replica count (any state)
   differs from the desired count (the override, else the default setting);
-  ascending id; at most ``max_batch_size`` of them.
+  ascending id; at most ``max_batch_size`` of them. A root with more than
+  ``MAX_PROJECTS_PER_NAMESPACE`` (20,000) project namespaces under it, at any
+  depth, is GitLab's "too big to roll out": it is skipped, takes no place in
+  the batch, and is listed in ``skipped`` with its reason. Its count is read
+  in the same statement as the batch's rows, capped at the limit + 1.
 * **nodes**: ``available_for_search_indexing`` (online, for search, positive
   unclaimed storage), most unclaimed first and then by id, each with its
   unclaimed bytes computed in SQL. This order is the planner's candidate
@@ -17,7 +21,8 @@ GitLab's ``SelectionService``, at the database edge of the planner:
 
 The two lists form the *resource pool* the loader turns into a scenario.
 The cost is two queries per 5,000 enabled namespaces walked plus one for the
-nodes, whatever the number of projects.
+nodes, whatever the number of projects (one more per batch that skipped a
+namespace and still has room to fill).
 """
 
 from __future__ import annotations
@@ -26,13 +31,20 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from django.contrib.postgres.fields import ArrayField
+from django.db.models import BigIntegerField, Func, IntegerField, OuterRef, Subquery, Value
+
 from zoekt import app_settings, clock, memory
-from zoekt.models import EnabledNamespace, Node
+from zoekt.models import EnabledNamespace, Namespace, Node
+from zoekt.reasons import Reason
 
 #: GitLab's ``each_batch_with_mismatched_replicas`` batch size.
 NAMESPACE_BATCH_SIZE = 5_000
 #: GitLab's default ``max_batch_size`` (the rollout job passes the setting instead).
 DEFAULT_MAX_BATCH_SIZE = 128
+#: GitLab's ``MAX_PROJECTS_PER_NAMESPACE``: a root with more project namespaces
+#: than this is not rolled out.
+MAX_PROJECTS_PER_NAMESPACE = 20_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +55,29 @@ class SelectedNamespace:
     number_of_replicas: int
     #: Replicas it has now (every state).
     replica_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class SkippedNamespace:
+    """A mismatched, rollout-allowed namespace that selection leaves out, and why."""
+
+    enabled_namespace_id: int
+    namespace_id: int
+    #: ``too_many_project_namespaces``.
+    reason: str
+    #: Project namespaces under the root, counted up to ``limit`` + 1.
+    project_namespaces: int
+    #: The limit it is over (``MAX_PROJECTS_PER_NAMESPACE`` at selection time).
+    limit: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "namespace_id": self.namespace_id,
+            "enabled_namespace_id": self.enabled_namespace_id,
+            "reason": self.reason,
+            "project_namespaces": self.project_namespaces,
+            "limit": self.limit,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +96,8 @@ class ResourcePool:
     #: Nodes otherwise available but over the high memory watermark (memory
     #: planning on only): ``(node id, RSS ÷ budget)``, by candidate order.
     memory_excluded: tuple[tuple[int, float], ...] = ()
+    #: Namespaces that needed work but were left out (GitLab's project limit), by id.
+    skipped: tuple[SkippedNamespace, ...] = ()
 
 
 class SelectionService:
@@ -78,23 +115,33 @@ class SelectionService:
         self.now = now or clock.now()
         #: Filled by ``nodes()``: the nodes left out for memory (see ``ResourcePool``).
         self.memory_excluded: list[tuple[int, float]] = []
+        #: Filled by ``namespaces()``: the namespaces left out (see ``ResourcePool``).
+        self.skipped: list[SkippedNamespace] = []
 
     def execute(self) -> ResourcePool:
         namespaces = tuple(self.namespaces())
         nodes = tuple(self.nodes())
         return ResourcePool(
-            namespaces=namespaces, nodes=nodes, memory_excluded=tuple(self.memory_excluded)
+            namespaces=namespaces,
+            nodes=nodes,
+            memory_excluded=tuple(self.memory_excluded),
+            skipped=tuple(self.skipped),
         )
 
     # ------------------------------------------------------------------ #
 
     def namespaces(self) -> list[SelectedNamespace]:
-        """Mismatched, rollout-allowed enabled namespaces in id order, up to the batch size."""
+        """Mismatched, rollout-allowed enabled namespaces in id order, up to the batch size.
+
+        Roots over GitLab's project limit are left out and recorded in ``skipped``.
+        """
         default = self.settings.default_number_of_replicas
+        limit = MAX_PROJECTS_PER_NAMESPACE
         allowed = EnabledNamespace.objects.with_rollout_allowed(
             self.settings.rollout_retry_interval_seconds, self.now
         )
         selected: list[SelectedNamespace] = []
+        self.skipped = []
         after = 0
         while len(selected) < self.max_batch_size:
             # The last id of the next batch of allowed namespaces (None: this is the last batch).
@@ -107,14 +154,39 @@ class SelectionService:
             batch = allowed.filter(id__gt=after)
             if upper is not None:
                 batch = batch.filter(id__lte=upper)
-            rows = (
-                batch.with_mismatched_replicas(default)
-                .order_by("id")
-                .values_list("id", "root_namespace_id", "desired_replicas", "replica_count")[
-                    : self.max_batch_size - len(selected)
-                ]
+            mismatched = batch.with_mismatched_replicas(default).annotate(
+                project_namespaces=_capped_project_namespace_count(limit + 1)
             )
-            selected.extend(SelectedNamespace(*row) for row in rows)
+            row_after = after
+            while len(selected) < self.max_batch_size:
+                wanted = self.max_batch_size - len(selected)
+                rows = list(
+                    mismatched.filter(id__gt=row_after)
+                    .order_by("id")
+                    .values_list(
+                        "id",
+                        "root_namespace_id",
+                        "desired_replicas",
+                        "replica_count",
+                        "project_namespaces",
+                    )[:wanted]
+                )
+                for enabled_id, root_id, desired, count, project_namespaces in rows:
+                    if project_namespaces > limit:
+                        self.skipped.append(
+                            SkippedNamespace(
+                                enabled_id,
+                                root_id,
+                                str(Reason.TOO_MANY_PROJECT_NAMESPACES),
+                                project_namespaces,
+                                limit,
+                            )
+                        )
+                    else:
+                        selected.append(SelectedNamespace(enabled_id, root_id, desired, count))
+                if len(rows) < wanted:
+                    break  # the batch has no more mismatched rows
+                row_after = rows[-1][0]
             if upper is None:
                 break
             after = upper
@@ -141,3 +213,34 @@ class SelectionService:
                 continue
             selected.append(SelectedNode(node_id, unclaimed, metadata))
         return selected
+
+
+class _CappedCount(Subquery):
+    """``count(*)`` of a subquery's rows; the subquery carries its own LIMIT."""
+
+    template = "(SELECT count(*) FROM (%(subquery)s) AS capped)"
+    output_field = IntegerField()
+
+
+def _root_prefix(offset: int = 0) -> Func:
+    """``ARRAY[outer root_namespace_id + offset]``: a traversal_ids bound for the btree index."""
+    root = OuterRef("root_namespace_id")
+    return Func(
+        root + Value(offset) if offset else root,
+        function="ARRAY",
+        template="%(function)s[%(expressions)s]",
+        output_field=ArrayField(BigIntegerField()),
+    )
+
+
+def _capped_project_namespace_count(cap: int) -> _CappedCount:
+    """The root's project namespaces at any depth (traversal_ids[1] = root), at most ``cap``."""
+    return _CappedCount(
+        Namespace.objects.filter(
+            type=Namespace.Type.PROJECT,
+            traversal_ids__gte=_root_prefix(),
+            traversal_ids__lt=_root_prefix(1),
+        )
+        .order_by()
+        .values("id")[:cap]
+    )

@@ -330,9 +330,71 @@ def test_plan_failures_are_stamped_and_write_nothing(now):
     assert result.successes == [] and result.errors == []
 
 
-def test_a_plan_that_no_longer_fits_is_refused_whole_and_the_others_are_applied(now):
+def unclaimed(target: Node) -> int:
+    return Node.objects.with_unclaimed_storage_bytes().get(pk=target.pk).unclaimed_storage_bytes
+
+
+def fleet_rows() -> dict:
+    """Every row an apply may write, to show what it left alone."""
+    return {
+        "replicas": set(
+            Replica.objects.values_list("id", "zoekt_enabled_namespace_id", "namespace_id")
+        ),
+        "indices": set(
+            Index.objects.values_list(
+                "id", "zoekt_enabled_namespace_id", "zoekt_replica_id", "zoekt_node_id"
+            )
+        ),
+        "enabled": {
+            row.id: (row.last_rollout_failed_at, row.metadata)
+            for row in EnabledNamespace.objects.all()
+        },
+    }
+
+
+def hand_written_create(namespace: EnabledNamespace, *replicas: list[tuple[int, int]]) -> dict:
+    """A ``create`` plan entry: per replica, its indices as (node id, required bytes)."""
+    return {
+        "namespace_id": namespace.root_namespace_id,
+        "enabled_namespace_id": namespace.id,
+        "action": "create",
+        "namespace_required_storage_bytes": sum(b for replica in replicas for _, b in replica),
+        "replicas": [
+            {
+                "indices": [
+                    {
+                        "node_id": node_id,
+                        "projects": {
+                            "project_namespace_id_from": None,
+                            "project_namespace_id_to": None,
+                        },
+                        "required_storage_bytes": required,
+                        "max_storage_bytes": 10_000,
+                    }
+                    for node_id, required in replica
+                ]
+            }
+            for replica in replicas
+        ],
+        "errors": [],
+        "warnings": [],
+    }
+
+
+def hand_written_plan(*creates: dict, destroy: tuple = ()) -> dict:
+    return {
+        "create": list(creates),
+        "destroy": list(destroy),
+        "unchanged": [],
+        "failures": [],
+        "nodes": [],
+        "total_required_storage_bytes": sum(c["namespace_required_storage_bytes"] for c in creates),
+    }
+
+
+def test_a_plan_that_no_longer_fits_is_refused_and_the_others_are_applied(now):
     """Between plan and apply another index claims most of a node: the re-check refuses."""
-    shrinking = node(1000)
+    shrinking = node(1000, metadata={"name": "zoekt-a"})
     other = node(900)
     refused, _ = enabled_group(200)  # 600 bytes, first fit: the 1,000-byte node
     applied, _ = enabled_group(150)  # 450 bytes: only the 900-byte node has room left
@@ -352,34 +414,85 @@ def test_a_plan_that_no_longer_fits_is_refused_whole_and_the_others_are_applied(
     refused.refresh_from_db()
     assert refused.last_rollout_failed_at == now
     assert refused.metadata["rollout_required_storage_bytes"] == 600
-    (error,) = result.errors
-    assert error["type"] == "node_capacity_exceeded"
-    assert (error["failed_namespace_id"], error["node_id"]) == (
-        refused.root_namespace_id,
-        shrinking.id,
-    )
-    assert "500" in error["message"] and "600" in error["message"]
+    assert result.errors == [
+        {
+            "type": "node_capacity_exceeded",
+            "message": f"Node {shrinking.id} (zoekt-a) has 500 unclaimed bytes; "
+            "the index needs 600",
+            "failed_namespace_id": refused.root_namespace_id,
+            "node_id": shrinking.id,
+            "node_name": "zoekt-a",
+            "replica_idx": 0,
+        }
+    ]
     assert rows_of(applied) == (1, 1)
     assert result.failed_namespace_ids == [refused.root_namespace_id]
+    assert unclaimed(shrinking) == 500
 
 
-def test_a_namespace_is_all_or_nothing_when_one_of_its_replicas_no_longer_fits(now):
+@pytest.mark.parametrize("failing_idx", [0, 1], ids=["first-replica-fails", "second-fails"])
+def test_a_replica_that_no_longer_fits_fails_alone_and_the_others_are_written(now, failing_idx):
+    """GitLab's provisioning is atomic per replica: the namespace keeps what could be written."""
+    a, b = node(1000, metadata={"name": "zoekt-a"}), node(900, metadata={"name": "zoekt-b"})
+    namespace, _ = enabled_group(
+        100, number_of_replicas_override=2, last_rollout_failed_at=now - timedelta(days=2)
+    )
+    plan = plan_now()
+    assert [r["indices"][0]["node_id"] for r in plan["create"][0]["replicas"]] == [a.id, b.id]
+    failing, kept = (a, b) if failing_idx == 0 else (b, a)
+    Node.objects.filter(pk=failing.pk).update(usable_storage_bytes=100)
+    name = failing.metadata["name"]
+
+    result = ProvisioningService(plan).execute()
+
+    (replica,) = Replica.objects.filter(zoekt_enabled_namespace=namespace)
+    (index,) = Index.objects.filter(zoekt_enabled_namespace=namespace)
+    assert (index.zoekt_replica_id, index.zoekt_node_id) == (replica.id, kept.id)
+    assert result.successes == [
+        {"namespace_id": namespace.root_namespace_id, "replica_id": replica.id}
+    ]
+    assert result.errors == [
+        {
+            "type": "node_capacity_exceeded",
+            "message": f"Node {failing.id} ({name}) has 100 unclaimed bytes; the index needs 300",
+            "failed_namespace_id": namespace.root_namespace_id,
+            "node_id": failing.id,
+            "node_name": name,
+            "replica_idx": failing_idx,
+        }
+    ]
+    # Something of it was written: not stamped failed, and the old failure is cleared.
+    namespace.refresh_from_db()
+    assert namespace.last_rollout_failed_at is None
+    assert "rollout_required_storage_bytes" not in namespace.metadata
+    assert result.failed_namespace_ids == []
+    # The refused replica reserved nothing.
+    assert unclaimed(failing) == 100
+    assert unclaimed(kept) == (1000 if kept == a else 900) - 300
+
+
+def test_a_namespace_is_stamped_failed_only_when_none_of_its_replicas_could_be_written(now):
     a, b = node(1000), node(900)
     namespace, _ = enabled_group(100, number_of_replicas_override=2)
     plan = plan_now()
-    assert len(plan["create"][0]["replicas"]) == 2
-    Node.objects.filter(pk=b.pk).update(usable_storage_bytes=100)  # the second replica's node
+    Node.objects.filter(pk__in=[a.pk, b.pk]).update(usable_storage_bytes=100)
 
     result = ProvisioningService(plan).execute()
 
     assert rows_of(namespace) == (0, 0)
-    assert [e["type"] for e in result.errors] == ["node_capacity_exceeded"]
-    assert result.errors[0]["replica_idx"] == 1
-    assert Node.objects.with_unclaimed_storage_bytes().get(pk=a.pk).unclaimed_storage_bytes == 1000
+    assert [(e["type"], e["replica_idx"]) for e in result.errors] == [
+        ("node_capacity_exceeded", 0),
+        ("node_capacity_exceeded", 1),
+    ]
+    namespace.refresh_from_db()
+    assert namespace.last_rollout_failed_at == now
+    assert namespace.metadata["rollout_required_storage_bytes"] == 600
+    assert result.failed_namespace_ids == [namespace.root_namespace_id]
+    assert result.successes == []
 
 
 def test_capacity_taken_by_an_earlier_namespace_of_the_same_apply_counts(now):
-    target = node(1000)
+    target = node(1000, metadata={})
     first, _ = enabled_group(100)
     second, _ = enabled_group(100)
     plan = plan_now()  # both on the node: 300 + 300 of 1,000
@@ -389,9 +502,11 @@ def test_capacity_taken_by_an_earlier_namespace_of_the_same_apply_counts(now):
 
     assert rows_of(first) == (1, 1)
     assert rows_of(second) == (0, 0)
+    # An unnamed node is named by its id alone.
     assert result.errors[0]["message"] == (
         f"Node {target.id} has 200 unclaimed bytes; the index needs 300"
     )
+    assert result.errors[0]["node_name"] is None
 
 
 @pytest.mark.parametrize(
@@ -404,7 +519,7 @@ def test_capacity_taken_by_an_earlier_namespace_of_the_same_apply_counts(now):
     ],
 )
 def test_a_node_that_is_gone_refuses_the_namespace(now, change):
-    target = node(1000)
+    target = node(1000, metadata={"name": "zoekt-a"})
     target_id = target.id
     namespace, _ = enabled_group(10)
     plan = plan_now()
@@ -414,6 +529,27 @@ def test_a_node_that_is_gone_refuses_the_namespace(now, change):
     assert [(e["type"], e["node_id"]) for e in result.errors] == [("node_not_found", target_id)]
     namespace.refresh_from_db()
     assert namespace.last_rollout_failed_at == now
+
+
+def test_a_deleted_node_is_named_from_the_plan(now):
+    target = node(1000)
+    target_id = target.id
+    namespace, _ = enabled_group(10)
+    plan = plan_now()
+    # The plan's own names (the planner copies each node's name into it).
+    plan["create"][0]["replicas"][0]["indices"][0]["node_name"] = "zoekt-gone"
+    target.delete()
+    result = ProvisioningService(plan).execute()
+    (error,) = result.errors
+    assert (error["type"], error["node_id"], error["node_name"]) == (
+        "node_not_found",
+        target_id,
+        "zoekt-gone",
+    )
+    assert error["message"] == (
+        f"Node {target_id} (zoekt-gone) not found (deleted or no longer a search node)"
+    )
+    assert rows_of(namespace) == (0, 0)
 
 
 def test_a_namespace_already_on_the_node_is_refused_before_the_unique_index_would(now):
@@ -434,58 +570,68 @@ def test_a_namespace_already_on_the_node_is_refused_before_the_unique_index_woul
     assert Replica.objects.filter(zoekt_enabled_namespace=namespace).count() == 0
 
 
-def test_what_the_database_refuses_rolls_back_only_that_namespace(now):
-    """A hand-written plan the checks do not foresee: two replicas' indices on one node."""
+def test_a_hand_written_plan_reusing_a_node_in_a_namespace_keeps_the_first_replica(now):
+    """Two replicas of one namespace on one node: the second is refused before any insert."""
     a, b = node(10_000), node(10_000)
     good, _ = enabled_group()
-    bad, _ = enabled_group()
-    later, _ = enabled_group()
+    reused, _ = enabled_group()
+    within, _ = enabled_group()
+    plan = hand_written_plan(
+        hand_written_create(good, [(a.id, 10)]),
+        hand_written_create(reused, [(b.id, 10)], [(b.id, 10)]),
+        hand_written_create(within, [(a.id, 10), (a.id, 10)]),
+    )
 
-    def create(namespace, *node_ids):
-        return {
-            "namespace_id": namespace.root_namespace_id,
-            "enabled_namespace_id": namespace.id,
-            "action": "create",
-            "namespace_required_storage_bytes": 10 * len(node_ids),
-            "replicas": [
-                {
-                    "indices": [
-                        {
-                            "node_id": node_id,
-                            "projects": {
-                                "project_namespace_id_from": None,
-                                "project_namespace_id_to": None,
-                            },
-                            "required_storage_bytes": 10,
-                            "max_storage_bytes": 10_000,
-                        }
-                    ]
-                }
-                for node_id in node_ids
-            ],
-            "errors": [],
-            "warnings": [],
-        }
-
-    plan = {
-        "create": [create(good, a.id), create(bad, b.id, b.id), create(later, b.id)],
-        "destroy": [],
-        "unchanged": [],
-        "failures": [],
-        "nodes": [],
-        "total_required_storage_bytes": 40,
-    }
     result = ProvisioningService(plan).execute()
 
-    assert rows_of(good) == (1, 1) and rows_of(later) == (1, 1)
-    assert rows_of(bad) == (0, 0)
-    (error,) = result.errors
-    assert (error["type"], error["failed_namespace_id"]) == (
-        "namespace_already_on_node",
-        bad.root_namespace_id,
+    assert rows_of(good) == (1, 1)
+    assert rows_of(reused) == (1, 1)
+    assert rows_of(within) == (0, 0)
+    assert [(e["type"], e["failed_namespace_id"], e["replica_idx"]) for e in result.errors] == [
+        ("namespace_already_on_node", reused.root_namespace_id, 1),
+        ("namespace_already_on_node", within.root_namespace_id, 0),
+    ]
+    assert result.failed_namespace_ids == [within.root_namespace_id]
+
+
+def test_what_the_database_refuses_rolls_back_only_that_replica(now, monkeypatch):
+    """Should the re-check miss a conflict, the database's refusal costs one replica only."""
+    a, b = node(10_000, metadata={"name": "zoekt-a"}), node(10_000)
+    good, _ = enabled_group()
+    half, _ = enabled_group()
+    ReplicalessIndexFactory(
+        zoekt_enabled_namespace=half,
+        zoekt_node=b,
+        reserved_storage_bytes=0,
+        state=Index.State.EVICTED,
     )
-    bad.refresh_from_db()
-    assert bad.last_rollout_failed_at == now
+    plan = hand_written_plan(
+        hand_written_create(good, [(a.id, 10)]),
+        hand_written_create(half, [(a.id, 10)], [(b.id, 10)]),
+    )
+    # A re-check that knows of no existing index: only the unique index stands in the way.
+    monkeypatch.setattr(ProvisioningService, "_existing_placements", lambda self, creates: set())
+
+    result = ProvisioningService(plan).execute()
+
+    assert rows_of(good) == (1, 1)
+    (replica,) = Replica.objects.filter(zoekt_enabled_namespace=half)
+    assert list(
+        Index.objects.filter(zoekt_replica=replica).values_list("zoekt_node_id", flat=True)
+    ) == [a.id]
+    assert rows_of(half) == (1, 2)  # the written replica's index and the evicted one
+    (error,) = result.errors
+    assert (error["type"], error["failed_namespace_id"], error["node_id"]) == (
+        "namespace_already_on_node",
+        half.root_namespace_id,
+        b.id,
+    )
+    assert error["replica_idx"] == 1
+    assert [s["namespace_id"] for s in result.successes] == [
+        good.root_namespace_id,
+        half.root_namespace_id,
+    ]
+    assert result.failed_namespace_ids == []
 
 
 def test_a_namespace_disabled_since_planning_is_reported_and_the_rest_applied(now):
@@ -501,6 +647,77 @@ def test_a_namespace_disabled_since_planning_is_reported_and_the_rest_applied(no
     ]
     assert rows_of(kept) == (1, 1)
     assert not Replica.objects.filter(namespace_id=root).exists()
+
+
+# --- apply: unexpected errors ------------------------------------------------------------------
+
+
+def test_an_unexpected_error_checking_one_namespace_is_recorded_and_the_batch_goes_on(now):
+    target = node(10_000)
+    before, _ = enabled_group()
+    broken, _ = enabled_group()
+    after, _ = enabled_group()
+    bad = hand_written_create(broken, [(target.id, 10)])
+    bad["replicas"][0]["indices"][0]["required_storage_bytes"] = None  # a malformed plan
+    plan = hand_written_plan(
+        hand_written_create(before, [(target.id, 10)]),
+        bad,
+        hand_written_create(after, [(target.id, 10)]),
+    )
+
+    result = ProvisioningService(plan).execute()
+
+    assert rows_of(before) == (1, 1) and rows_of(after) == (1, 1)
+    assert rows_of(broken) == (0, 0)
+    (error,) = result.errors
+    assert (error["type"], error["failed_namespace_id"]) == (
+        "provisioning_failed",
+        broken.root_namespace_id,
+    )
+    assert "TypeError" in error["message"]
+    broken.refresh_from_db()
+    assert broken.last_rollout_failed_at == now
+    assert broken.metadata["rollout_required_storage_bytes"] == 10
+    assert result.failed_namespace_ids == [broken.root_namespace_id]
+    # Its index reserved nothing: the two others' 20 bytes are all that is claimed.
+    assert unclaimed(target) == 10_000 - 20
+
+
+def test_an_unexpected_error_writing_one_namespace_is_recorded_and_the_batch_goes_on(
+    now, monkeypatch
+):
+    a = node(10_000, metadata={"name": "zoekt-a"})
+    ok, _ = enabled_group(10)
+    broken, _ = enabled_group(10)
+    later, _ = enabled_group(10)
+    plan = plan_now()
+    real_bulk_create = Index.objects.bulk_create
+
+    def bulk_create(indices, *args, **kwargs):
+        if any(index.namespace_id == broken.root_namespace_id for index in indices):
+            raise RuntimeError("disk on fire")
+        return real_bulk_create(indices, *args, **kwargs)
+
+    monkeypatch.setattr(Index.objects, "bulk_create", bulk_create)
+
+    result = ProvisioningService(plan).execute()
+
+    assert rows_of(ok) == (1, 1) and rows_of(later) == (1, 1)
+    assert rows_of(broken) == (0, 0)  # its replica row was rolled back with it
+    assert result.errors == [
+        {
+            "type": "provisioning_failed",
+            "message": "RuntimeError: disk on fire",
+            "failed_namespace_id": broken.root_namespace_id,
+            "node_id": a.id,
+            "node_name": "zoekt-a",
+            "replica_idx": 0,
+        }
+    ]
+    broken.refresh_from_db()
+    assert broken.last_rollout_failed_at == now
+    assert result.failed_namespace_ids == [broken.root_namespace_id]
+    assert unclaimed(a) == 10_000 - 60
 
 
 def test_apply_statements_do_not_grow_with_projects_or_with_namespaces_in_a_chunk(now):
@@ -544,3 +761,76 @@ def test_a_destroy_plan_removes_the_chosen_replicas_of_that_namespace_only(now):
     assert result.successes == [
         {"namespace_id": namespace.root_namespace_id, "replicas_destroyed": 1}
     ]
+
+
+def test_a_destroy_that_removes_nothing_adds_no_success_entry(now):
+    node(1000)
+    namespace, _ = enabled_group(10)
+    ReplicaFactory(zoekt_enabled_namespace=namespace, state=Replica.State.READY)
+    drop = ReplicaFactory(zoekt_enabled_namespace=namespace)
+    plan = plan_now()
+    assert plan["destroy"][0]["replicas_to_destroy"] == [drop.id]
+    drop.delete()  # removed since planning (by another run, or by hand)
+    rows = fleet_rows()
+
+    result = ProvisioningService(plan).execute()
+
+    assert (result.successes, result.errors, result.failed_namespace_ids) == ([], [], [])
+    assert fleet_rows() == rows
+
+
+def test_a_destroy_for_an_enabled_namespace_that_no_longer_exists_is_an_error(now):
+    node(1000)
+    gone, _ = enabled_group(10)
+    other, _ = enabled_group(10)
+    for namespace in (gone, other):
+        for _ in range(2):
+            ReplicaFactory(zoekt_enabled_namespace=namespace)
+    plan = plan_now()
+    assert len(plan["destroy"]) == 2
+    root = gone.root_namespace_id
+    gone.delete()
+    rows = fleet_rows()
+    (dropped,) = plan["destroy"][1]["replicas_to_destroy"]
+
+    result = ProvisioningService(plan).execute()
+
+    assert result.errors == [
+        {
+            "type": "missing_enabled_namespace",
+            "message": f"Enabled namespace {plan['destroy'][0]['enabled_namespace_id']} for "
+            f"namespace {root} not found",
+            "failed_namespace_id": root,
+            "node_id": None,
+            "node_name": None,
+            "replica_idx": None,
+        }
+    ]
+    assert result.successes == [{"namespace_id": other.root_namespace_id, "replicas_destroyed": 1}]
+    assert result.failed_namespace_ids == []
+    rows["replicas"] = {r for r in rows["replicas"] if r[0] != dropped}
+    assert fleet_rows() == rows
+
+
+def test_an_unexpected_error_in_one_destroy_is_recorded_and_the_other_destroys_go_on(now):
+    node(1000)
+    broken, _ = enabled_group(10)
+    fine, _ = enabled_group(10)
+    for namespace in (broken, fine):
+        for _ in range(2):
+            ReplicaFactory(zoekt_enabled_namespace=namespace)
+    plan = plan_now()
+    plan["destroy"][0]["replicas_to_destroy"] = ["not-an-id"]  # a malformed plan
+    (dropped,) = plan["destroy"][1]["replicas_to_destroy"]
+
+    result = ProvisioningService(plan).execute()
+
+    (error,) = result.errors
+    assert (error["type"], error["failed_namespace_id"]) == (
+        "provisioning_failed",
+        broken.root_namespace_id,
+    )
+    assert result.successes == [{"namespace_id": fine.root_namespace_id, "replicas_destroyed": 1}]
+    assert Replica.objects.filter(zoekt_enabled_namespace=broken).count() == 2
+    assert not Replica.objects.filter(pk=dropped).exists()
+    assert Replica.objects.filter(zoekt_enabled_namespace=fine).count() == 1

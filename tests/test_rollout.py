@@ -15,6 +15,7 @@ import pytest
 import structlog
 from django.db import connection
 
+from planner import selection
 from planner import tasks as planner_tasks
 from planner.rollout import (
     MESSAGES,
@@ -31,7 +32,6 @@ from tests.factories import (
     NodeFactory,
     ProjectFactory,
     ReplicaFactory,
-    ReplicalessIndexFactory,
 )
 from zoekt import app_settings, clock, locks
 from zoekt.celery import BEAT_SCHEDULE
@@ -199,37 +199,49 @@ def test_success_does_not_re_enqueue_once_the_nodes_are_full(now):
     assert [replica_count(ns) for ns in namespaces] == [1, 0]
 
 
+class ShrinkingAfterPlanning(RolloutService):
+    """A rollout during which ``shrink`` nodes lose all but 100 bytes, between plan and apply."""
+
+    shrink: tuple[Node, ...] = ()
+
+    def _plan(self, result, batch_size, **kwargs):
+        planned = super()._plan(result, batch_size, **kwargs)
+        Node.objects.filter(pk__in=[n.pk for n in self.shrink]).update(usable_storage_bytes=100)
+        return planned
+
+
+def shrinking(*nodes: Node) -> RolloutService:
+    service = ShrinkingAfterPlanning()
+    service.shrink = nodes
+    return service
+
+
 def test_errors_only_is_a_failure_and_never_re_enqueues(now):
     target = node(10_000)
-    namespace = enabled_group(10)
+    namespace = enabled_group(100)
     enabled_group(10, last_rollout_failed_at=now)  # waits for the retry interval: not selected
-    ReplicalessIndexFactory(
-        zoekt_enabled_namespace=namespace, zoekt_node=target, reserved_storage_bytes=0
-    )
-    result = RolloutService().execute(dry_run=False)
+    result = shrinking(target).execute(dry_run=False)
     assert (result.outcome, result.message, result.re_enqueue) == (
         Outcome.FAILURE,
         "Batch is completed with failure",
         False,
     )
-    assert [e["type"] for e in result.changes.errors] == ["namespace_already_on_node"]
+    assert [e["type"] for e in result.changes.errors] == ["node_capacity_exceeded"]
     namespace.refresh_from_db()
     assert namespace.last_rollout_failed_at == now
 
 
 def test_successes_and_errors_is_a_partial_success(now):
-    target = node(10_000)
-    refused = enabled_group(10)
-    accepted = enabled_group(10)
-    ReplicalessIndexFactory(
-        zoekt_enabled_namespace=refused, zoekt_node=target, reserved_storage_bytes=0
-    )
-    result = RolloutService().execute(dry_run=False)
+    roomy, shrunk = node(10_000), node(9_000)
+    accepted = enabled_group(3_000)  # 9,000 bytes: the roomy node
+    refused = enabled_group(2_000)  # 6,000 bytes: only the other node has room left
+    result = shrinking(shrunk).execute(dry_run=False)
     assert (result.outcome, result.message) == (
         Outcome.PARTIAL_SUCCESS,
         "Batch is completed with partial success",
     )
     assert replica_count(accepted) == 1 and replica_count(refused) == 0
+    assert Index.objects.get(zoekt_enabled_namespace=accepted).zoekt_node_id == roomy.id
 
 
 def test_plan_failures_alone_finish_without_changes(now):
@@ -244,6 +256,46 @@ def test_plan_failures_alone_finish_without_changes(now):
     namespace.refresh_from_db()
     assert namespace.last_rollout_failed_at == now
     assert result.changes.failed_namespace_ids == [namespace.root_namespace_id]
+
+
+def test_a_namespace_over_gitlabs_project_limit_is_skipped_and_never_re_enqueued(now, monkeypatch):
+    monkeypatch.setattr(selection, "MAX_PROJECTS_PER_NAMESPACE", 1)
+    node(10_000)
+    big = enabled_group(1, 1)  # two project namespaces, one over the limit
+    small = enabled_group(1)
+    result = RolloutService().execute(dry_run=False, batch_size=1)
+    assert result.outcome == Outcome.SUCCESS
+    assert result.re_enqueue is False  # the big one is skipped by the re-selection too
+    assert (replica_count(big), replica_count(small)) == (0, 1)
+    summary = result.summary()
+    assert summary["namespaces_skipped"] == [
+        {
+            "namespace_id": big.root_namespace_id,
+            "enabled_namespace_id": big.id,
+            "reason": "too_many_project_namespaces",
+            "project_namespaces": 2,
+            "limit": 1,
+        }
+    ]
+    big.refresh_from_db()
+    assert big.last_rollout_failed_at is None  # skipped, not failed
+    again = RolloutService().execute(dry_run=False)
+    assert again.outcome == Outcome.NO_ENABLED_NAMESPACES
+    assert replica_count(big) == 0
+
+
+def test_a_replica_that_fails_alone_makes_a_partial_success(now):
+    a, b = node(1000), node(900)
+    namespace = enabled_group(100, number_of_replicas_override=2)
+    result = shrinking(b).execute(dry_run=False)
+    assert result.outcome == Outcome.PARTIAL_SUCCESS
+    assert replica_count(namespace) == 1
+    assert [(e["type"], e["node_id"]) for e in result.changes.errors] == [
+        ("node_capacity_exceeded", b.id)
+    ]
+    namespace.refresh_from_db()
+    assert namespace.last_rollout_failed_at is None
+    assert Index.objects.get(zoekt_enabled_namespace=namespace).zoekt_node_id == a.id
 
 
 def test_index_less_replicas_are_deleted_in_batches(now):

@@ -5,14 +5,17 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 
 from planner import selection
 from planner.selection import SelectionService
 from tests.factories import (
     GIB,
     EnabledNamespaceFactory,
+    GroupFactory,
     IndexFactory,
     NodeFactory,
+    ProjectFactory,
     ReplicaFactory,
 )
 from zoekt import app_settings
@@ -168,3 +171,82 @@ def test_selection_costs_a_fixed_number_of_queries(now, django_assert_num_querie
     service = SelectionService()
     with django_assert_num_queries(3):  # batch end, the batch's mismatched rows, the nodes
         service.execute()
+
+
+# --- GitLab's limit on project namespaces ------------------------------------------------------
+
+
+def add_project_namespaces(root, count: int) -> None:
+    """``count`` project namespaces directly under ``root``, in one statement."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            INSERT INTO namespaces (name, path, type, parent_id, traversal_ids, visibility_level,
+                                    archived, created_at, updated_at)
+            SELECT 'p' || i, 'p' || i, 'Project', %s, ARRAY[%s::bigint], 20, false, now(), now()
+            FROM generate_series(1, %s) AS i
+            """,
+            [root.id, root.id, count],
+        )
+        # traversal_ids end with the namespace's own id, as GitLab's do.
+        cursor.execute(
+            "UPDATE namespaces SET traversal_ids = traversal_ids || id "
+            "WHERE parent_id = %s AND cardinality(traversal_ids) = 1",
+            [root.id],
+        )
+
+
+def test_gitlabs_limit_is_20000_project_namespaces():
+    assert selection.MAX_PROJECTS_PER_NAMESPACE == 20_000
+
+
+def test_a_root_with_more_than_20000_project_namespaces_is_skipped_with_its_reason(now):
+    at_limit = enabled()
+    add_project_namespaces(at_limit.root_namespace, 20_000)
+    over = enabled()
+    add_project_namespaces(over.root_namespace, 20_000)
+    subgroup = GroupFactory(parent=over.root_namespace)
+    ProjectFactory(namespace=subgroup)  # the 20,001st, deeper down: it counts too
+    small = enabled()
+    ProjectFactory(namespace=small.root_namespace)
+
+    service = SelectionService()
+    pool = service.execute()
+
+    assert [ns.enabled_namespace_id for ns in pool.namespaces] == [at_limit.id, small.id]
+    assert pool.skipped == (
+        selection.SkippedNamespace(
+            enabled_namespace_id=over.id,
+            namespace_id=over.root_namespace_id,
+            reason="too_many_project_namespaces",
+            project_namespaces=20_001,
+            limit=20_000,
+        ),
+    )
+
+
+def test_skipped_namespaces_do_not_take_places_in_the_batch(now, monkeypatch):
+    monkeypatch.setattr(selection, "MAX_PROJECTS_PER_NAMESPACE", 1)
+    big = [enabled() for _ in range(3)]
+    for namespace in big:
+        group = GroupFactory(parent=namespace.root_namespace)
+        ProjectFactory(namespace=namespace.root_namespace)
+        ProjectFactory(namespace=group)  # two project namespaces, one of them deeper
+    fits = [enabled() for _ in range(3)]
+    ProjectFactory(namespace=fits[0].root_namespace)  # exactly the limit: selected
+
+    service = SelectionService(max_batch_size=2)
+    assert [ns.enabled_namespace_id for ns in service.namespaces()] == [fits[0].id, fits[1].id]
+    assert [s.enabled_namespace_id for s in service.skipped] == [ns.id for ns in big]
+    assert {s.project_namespaces for s in service.skipped} == {2}  # counted up to limit + 1
+
+
+def test_the_limit_costs_no_extra_query(now, monkeypatch, django_assert_num_queries):
+    monkeypatch.setattr(selection, "MAX_PROJECTS_PER_NAMESPACE", 1)
+    namespace = enabled()
+    ProjectFactory(namespace=namespace.root_namespace)
+    ProjectFactory(namespace=namespace.root_namespace)
+    service = SelectionService()
+    with django_assert_num_queries(2):  # the only batch: its end, then its rows
+        assert service.namespaces() == []
+    assert [s.enabled_namespace_id for s in service.skipped] == [namespace.id]

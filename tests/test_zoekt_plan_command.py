@@ -15,6 +15,8 @@ import pytest
 from django.core.cache import cache
 from django.core.management import CommandError, call_command
 
+from planner import selection
+from planner.apply import ProvisioningService
 from planner.core import plan_dict
 from planner.loader import load_scenario
 from planner.rollout import PLAN_LOG_KEY
@@ -79,11 +81,12 @@ def test_the_report_explains_each_namespace_and_each_node(fleet):
     assert f"namespace {ns1.root_namespace_id} (enabled namespace {ns1.id}): create, ok" in out
     assert f"namespace {ns2.root_namespace_id} (enabled namespace {ns2.id}): create, ok" in out
     assert (
-        f"    node {a.id} passed over: insufficient unclaimed storage "
+        f"    node {a.id} (zoekt-a) passed over: insufficient unclaimed storage "
         "(requested 450, available 400 bytes)"
     ) in out
     assert (
-        f"planned replica 0 index 0: node {b.id}, all project namespaces, reserves 450 bytes"
+        f"planned replica 0 index 0: node {b.id} (zoekt-b), all project namespaces, "
+        "reserves 450 bytes"
     ) in out
     # Per node, in candidate order, with what it was taken for and why it was passed over.
     assert f"#1 node {a.id} (zoekt-a): unclaimed 1,000 bytes → 400 bytes" in out
@@ -233,3 +236,78 @@ def test_long_loads_show_progress_on_stderr(fleet):
 def test_a_bad_batch_size_is_refused(now):
     with pytest.raises(CommandError, match="batch-size"):
         run("--batch-size", "0")
+
+
+def test_node_names_stand_next_to_node_ids(fleet):
+    a, b = fleet["a"], fleet["b"]
+    out, _ = run()
+    # planner.explain's lines, the planned indices and the per-node section all name the node.
+    assert f"node {a.id} (zoekt-a) for project" in out
+    assert f"node {b.id} (zoekt-b) for project" in out
+    assert f"    node {a.id} (zoekt-a): took index 0 of replica 0" in out
+    assert f"planned replica 0 index 0: node {a.id} (zoekt-a), all project namespaces" in out
+    assert f"#1 node {a.id} (zoekt-a)" in out
+    # No node id stands without its name.
+    named = {a.id, b.id, fleet["offline"].id}
+    for line in out.splitlines():
+        for word in line.replace(",", " ").replace(":", " ").split("node ")[1:]:
+            node_id = word.split()[0]
+            if node_id.isdigit() and int(node_id) in named:
+                assert word.split()[1].startswith("("), line
+
+
+def test_an_unnamed_node_is_shown_by_its_id_alone(now):
+    plain = NodeFactory(total_bytes=1000, used_bytes=0, indexed_bytes=0, metadata={})
+    enabled_group(10)
+    out, _ = run()
+    assert f"planned replica 0 index 0: node {plain.id}, all project namespaces" in out
+    assert f"#1 node {plain.id} (node-{plain.id})" in out
+
+
+def test_apply_errors_name_the_node(fleet, monkeypatch):
+    set_setting(zoekt_indexing_enabled=True)
+    a = fleet["a"]
+    real_execute = ProvisioningService.execute
+
+    def shrink_then_execute(self):
+        Node.objects.filter(pk=a.pk).update(usable_storage_bytes=100)  # after planning
+        return real_execute(self)
+
+    monkeypatch.setattr(ProvisioningService, "execute", shrink_then_execute)
+    out, _ = run("--apply")
+    root = fleet["ns1"].root_namespace_id
+    assert "Result: Batch is completed with partial success" in out
+    assert (
+        f"  namespace {root} replica 0 on node {a.id} (zoekt-a): node_capacity_exceeded: "
+        f"Node {a.id} (zoekt-a) has 100 unclaimed bytes; the index needs 600"
+    ) in out
+    assert f"  marked rollout-failed: {root}" in out
+
+
+def test_namespaces_over_gitlabs_project_limit_are_named_with_the_reason(fleet, monkeypatch):
+    monkeypatch.setattr(selection, "MAX_PROJECTS_PER_NAMESPACE", 1)
+    big = enabled_group(1, 1)
+    out, _ = run()
+    assert "Skipped (not planned): 1 namespace(s)" in out
+    assert (
+        f"  namespace {big.root_namespace_id} (enabled namespace {big.id}): more than 1 "
+        "project namespaces, GitLab's limit for a rollout (too_many_project_namespaces)"
+    ) in out
+    assert "Namespaces: 2 selected" in out
+    _, err = run("--json")
+    assert (
+        f"skipped namespace {big.root_namespace_id} (enabled namespace {big.id}): more than 1 "
+        "project namespaces, GitLab's limit for a rollout (too_many_project_namespaces)"
+    ) in err
+
+
+def test_a_batch_of_only_skipped_namespaces_says_why_nothing_is_planned(now, monkeypatch):
+    monkeypatch.setattr(selection, "MAX_PROJECTS_PER_NAMESPACE", 1)
+    node(1000, "zoekt-a")
+    big = enabled_group(1, 1)
+    out, _ = run()
+    assert "No enabled namespaces found: the rollout stops here." in out
+    assert (
+        f"  namespace {big.root_namespace_id} (enabled namespace {big.id}): more than 1 "
+        "project namespaces"
+    ) in out

@@ -38,6 +38,7 @@ class Reason(enum.StrEnum):
     MISSING_ENABLED_NAMESPACE = "missing_enabled_namespace"
     NAMESPACE_ALREADY_ON_NODE = "namespace_already_on_node"
     PROVISIONING_FAILED = "provisioning_failed"
+    TOO_MANY_PROJECT_NAMESPACES = "too_many_project_namespaces"
     # Scheduling (zoekt.scheduling): why a scheduled task or an event job did nothing
     THROTTLED = "throttled"
     CONDITION_NOT_MET = "condition_not_met"

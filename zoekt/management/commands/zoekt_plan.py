@@ -13,10 +13,15 @@ clean-up, selection, load and plan in a transaction that is rolled back.
 (and refuses while indexing is disabled or paused, or another rollout runs).
 Progress of long loads goes to stderr (``-v 0`` silences it, ``-v 2`` shows
 it at once and adds phase timings).
+
+Every node id the report shows has the node's name next to it (``node 7
+(zoekt-a)``) when the node has one; the namespaces selection skipped are
+named with the reason.
 """
 
 from __future__ import annotations
 
+import re
 import time
 from collections import Counter
 from pathlib import Path
@@ -30,6 +35,7 @@ from planner.loader import ScenarioLoader
 from planner.plan import Plan, dumps
 from planner.rollout import Outcome, RolloutResult, RolloutService
 from planner.scenario import parse_scenario
+from planner.selection import SkippedNamespace
 from zoekt import app_settings, clock, memory
 from zoekt.locks import LockKey, try_advisory_lock
 from zoekt.logging import get_logger
@@ -37,6 +43,9 @@ from zoekt.models import Node
 from zoekt.reasons import Reason
 
 log = get_logger(__name__)
+
+#: ``node 7`` not already followed by its name.
+_NODE_ID = re.compile(r"\bnode (\d+)\b(?! \()")
 
 
 class Command(BaseCommand):
@@ -103,6 +112,8 @@ class Command(BaseCommand):
             timings = ", ".join(f"{k} {v:.3f} s" for k, v in result.seconds.items())
             self.stderr.write(f"phases: {timings}")
         if as_json:
+            for skipped in result.pool.skipped if result.pool is not None else ():
+                self.stderr.write(f"skipped {_skipped_text(skipped)}")
             self.stdout.write(plan.to_json())
             if result.outcome != Outcome.DRY_RUN:
                 self.stderr.write(result.message)
@@ -155,6 +166,7 @@ class Command(BaseCommand):
     ) -> str:
         lines: list[str] = []
         scenario = self._scenario(result)
+        self.names = _node_names(plan)
         factor = scenario["options"]["buffer_factor"]
         head = "Rollout run" if applied else "Next rollout (preview: nothing is written)"
         lines.append(f"{head}: batch size {batch_size}, buffer factor {factor}")
@@ -167,7 +179,13 @@ class Command(BaseCommand):
         if stops:
             lines.append(f"{result.message}: the rollout stops here.")
             if result.outcome == Outcome.NO_ENABLED_NAMESPACES:
-                lines.append("No enabled namespace needs replicas created or removed.")
+                if pool.skipped:
+                    lines.append(
+                        "Every enabled namespace that needs replicas created or removed is skipped."
+                    )
+                else:
+                    lines.append("No enabled namespace needs replicas created or removed.")
+                lines.extend(_skipped_section(pool.skipped))
                 lines.extend(["", *self._node_section(pool.nodes, plan, [])])
                 return "\n".join(lines)
         lines.append(
@@ -175,6 +193,7 @@ class Command(BaseCommand):
             f"destroy {len(plan.destroy)}, unchanged {len(plan.unchanged)}, "
             f"failures {len(plan.failures)}; required {_bytes(plan.total_required_storage_bytes)}"
         )
+        lines.extend(_skipped_section(pool.skipped))
         if plan.bounds:
             lines.append(
                 "Balance (max node utilisation vs the best achievable lower bound): "
@@ -190,7 +209,9 @@ class Command(BaseCommand):
         if not explanations:
             lines.append("  (no decision records)")
         for explanation in explanations:
-            lines.extend(self._namespace_lines(explanation, by_namespace, max_decisions))
+            lines.extend(
+                self._namespace_lines(explanation, by_namespace, max_decisions, self.names)
+            )
         lines.extend(["", *self._node_section(pool.nodes, plan, explanations)])
         if result.changes is not None:
             lines.extend(["", *self._changes_section(result)])
@@ -198,7 +219,10 @@ class Command(BaseCommand):
 
     @staticmethod
     def _namespace_lines(
-        explanation: dict[str, Any], by_namespace: dict[int, Any], max_decisions: int
+        explanation: dict[str, Any],
+        by_namespace: dict[int, Any],
+        max_decisions: int,
+        names: dict[int, str],
     ) -> list[str]:
         """One namespace: planner.explain's text (capped), then the indices planned."""
         decisions = explanation["decisions"]
@@ -214,7 +238,7 @@ class Command(BaseCommand):
                     decision = {**decision, "passed_over": decision["passed_over"][:max_decisions]}
                 capped.append(decision)
             shown["decisions"] = capped
-        lines = render_text([shown]).rstrip("\n").splitlines()
+        lines = _with_names(render_text([shown]).rstrip("\n"), names).splitlines()
         if len(shown["decisions"]) < len(decisions) or hidden_nodes:
             lines.append(
                 f"  (showing {len(shown['decisions'])} of {len(decisions)} decisions and at most "
@@ -234,8 +258,9 @@ class Command(BaseCommand):
                         f"{'…' if end is None else end}"
                     )
                 text = (
-                    f"  {verb} replica {replica_idx} index {index_idx}: node {index.node_id}, "
-                    f"{covers}, reserves {_bytes(index.required_storage_bytes)}"
+                    f"  {verb} replica {replica_idx} index {index_idx}: "
+                    f"{_node(index.node_id, names)}, {covers}, "
+                    f"reserves {_bytes(index.required_storage_bytes)}"
                 )
                 if index.estimated_memory_bytes is not None:
                     ceiling = index.max_memory_bytes
@@ -298,8 +323,7 @@ class Command(BaseCommand):
                 lines.append(f"  node {node_id} ({name}): {why}")
         return lines
 
-    @staticmethod
-    def _changes_section(result: RolloutResult) -> list[str]:
+    def _changes_section(self, result: RolloutResult) -> list[str]:
         changes = result.changes
         lines = [f"Result: {result.message}"]
         for success in changes.successes:
@@ -314,11 +338,15 @@ class Command(BaseCommand):
                     f"{success['replicas_destroyed']} replica(s) destroyed"
                 )
         for error in changes.errors:
-            node = "" if error["node_id"] is None else f" (node {error['node_id']})"
-            lines.append(
-                f"  namespace {error['failed_namespace_id']}{node}: {error['type']}: "
-                f"{error['message']}"
-            )
+            where = f"  namespace {error['failed_namespace_id']}"
+            if error.get("replica_idx") is not None:
+                where += f" replica {error['replica_idx']}"
+            if error["node_id"] is not None:
+                names = dict(self.names)
+                if error.get("node_name"):
+                    names[error["node_id"]] = error["node_name"]
+                where += f" on {_node(error['node_id'], names)}"
+            lines.append(f"{where}: {error['type']}: {error['message']}")
         if changes.failed_namespace_ids:
             ids = ", ".join(map(str, changes.failed_namespace_ids))
             lines.append(f"  marked rollout-failed: {ids}")
@@ -361,6 +389,45 @@ def _excluded_nodes(candidate_ids: set[int]) -> list[tuple[int, str, str]]:
         name = str((metadata or {}).get("name") or f"node-{node_id}")
         out.append((node_id, name, ", ".join(reasons) or "not selected"))
     return out
+
+
+def _node_names(plan: Plan) -> dict[int, str]:
+    """Every node's name: the Node rows' metadata ``name``, else the plan's."""
+    names: dict[int, str] = {node.id: str(node.name) for node in plan.nodes if node.name}
+    for node_id, name in Node.objects.filter(metadata__has_key="name").values_list(
+        "id", "metadata__name"
+    ):
+        if name:
+            names[node_id] = str(name)
+    return names
+
+
+def _node(node_id: int, names: dict[int, str]) -> str:
+    """``node 7 (zoekt-a)``; ``node 7`` for a node without a name."""
+    name = names.get(node_id)
+    return f"node {node_id}" if name is None else f"node {node_id} ({name})"
+
+
+def _with_names(text: str, names: dict[int, str]) -> str:
+    """``node 7`` becomes ``node 7 (zoekt-a)`` wherever a named node's id stands alone."""
+    return _NODE_ID.sub(lambda match: _node(int(match.group(1)), names), text)
+
+
+def _skipped_text(skipped: SkippedNamespace) -> str:
+    return (
+        f"namespace {skipped.namespace_id} (enabled namespace {skipped.enabled_namespace_id}): "
+        f"more than {skipped.limit:,} project namespaces, GitLab's limit for a rollout "
+        f"({skipped.reason})"
+    )
+
+
+def _skipped_section(skipped: tuple[SkippedNamespace, ...]) -> list[str]:
+    """The namespaces selection left out of the batch, each with its reason."""
+    if not skipped:
+        return []
+    lines = [f"Skipped (not planned): {len(skipped)} namespace(s) that need work"]
+    lines.extend(f"  {_skipped_text(entry)}" for entry in skipped)
+    return lines
 
 
 def _memory_line(scenario: dict[str, Any]) -> str:
