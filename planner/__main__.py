@@ -13,13 +13,14 @@ on an internal error (also one line). Never a traceback.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 from typing import NoReturn
 
 from planner.core import plan
 from planner.explain import explain, render_text
-from planner.plan import dumps
+from planner.plan import dumps_bytes
 from planner.scenario import Scenario, ScenarioError
 
 EXIT_OK = 0
@@ -62,13 +63,13 @@ def _read(path: str | None) -> bytes:
         raise ScenarioError("--input", f"cannot read {path}: {exc.strerror or exc}") from None
 
 
-def _write(path: str | None, text: str) -> None:
+def _write(path: str | None, data: bytes) -> None:
     if path is None or path == "-":
-        sys.stdout.write(text)
+        sys.stdout.buffer.write(data)
         sys.stdout.flush()
         return
-    with open(path, "w", encoding="utf-8") as handle:
-        handle.write(text)
+    with open(path, "wb") as handle:
+        handle.write(data)
 
 
 def _one_line(text: str) -> str:
@@ -80,14 +81,14 @@ def main(argv: list[str] | None = None) -> int:
         args = _parser().parse_args(argv)
         scenario = Scenario.from_json(_read(args.input))
         if args.command == "plan":
-            text = plan(scenario, record_decisions=False).to_json() + "\n"
+            data = plan(scenario, record_decisions=False).to_json_bytes() + b"\n"
         else:
             explanations = explain(plan(scenario), namespace_id=args.namespace)
             if args.format == "json":
-                text = dumps(explanations) + "\n"
+                data = dumps_bytes(explanations) + b"\n"
             else:
-                text = render_text(explanations)
-        _write(args.output, text)
+                data = render_text(explanations).encode()
+        _write(args.output, data)
     except _UsageError as exc:
         print(f"usage error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_INVALID
@@ -110,4 +111,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    # One scenario, then exit: the cyclic collector would only walk the
+    # millions of (acyclic) objects of a large scenario again and again.
+    gc.disable()
     sys.exit(main())

@@ -403,20 +403,20 @@ class _Run:
             return
         exhausted = self.exhausted
         self._exclude_existing(namespace)
-        if self.memory and namespace.projects:
+        if self.memory and namespace.has_projects:
             self._plan_namespace_memory(ns_plan, namespace, desired - existing)
             return
 
         try:
-            if namespace.projects:
-                projects = [p for p in namespace.projects if p.repository_size is not None]
-                pnids = [p.project_namespace_id for p in projects]
-                pids = [p.project_id for p in projects]
+            if namespace.has_projects:
+                pnids, pids, rsizes = namespace.columns
                 num, den = self.factor
-                if den == 1:
-                    sizes = [p.repository_size * num for p in projects]
+                if den != 1:
+                    sizes = [-(-r * num // den) for r in rsizes]
+                elif num != 1:
+                    sizes = [r * num for r in rsizes]
                 else:
-                    sizes = [-(-p.repository_size * num // den) for p in projects]
+                    sizes = rsizes
                 total = sum(sizes)
                 for replica_idx in range(desired - existing):
                     self._simulate_replica(ns_plan, replica_idx, pnids, pids, sizes, total)
@@ -572,23 +572,17 @@ class _Run:
         succeeds, memory did make the difference and it carries a
         ``memory_placement_abandoned`` warning.
         """
-        projects = [p for p in namespace.projects if p.repository_size is not None]
+        pnids, pids, repository_sizes = namespace.columns
         num, den = self.factor
         rsizes: list[int] | None = None
         if den == 1:
-            sizes = [p.repository_size * num for p in projects]
+            sizes = [r * num for r in repository_sizes] if num != 1 else repository_sizes
         else:
-            rsizes = [p.repository_size for p in projects]
+            rsizes = repository_sizes
             sizes = [-(-r * num // den) for r in rsizes]
         # The replica's sizes all together (the first index's shortcut).
         total = sum(sizes) if rsizes is None else _INF
-        data = (
-            [p.project_namespace_id for p in projects],
-            [p.project_id for p in projects],
-            sizes,
-            rsizes,
-            total,
-        )
+        data = (pnids, pids, sizes, rsizes, total)
         aware = self.aware
         if aware:
             self.undo = {}

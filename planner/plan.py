@@ -9,13 +9,14 @@ the same bytes.
 
 from __future__ import annotations
 
-import json
 from bisect import bisect_right
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from planner.scenario import MEMORY
+import orjson
+
+from planner.scenario import MEMORY, gc_paused
 
 _INF = float("inf")
 
@@ -316,13 +317,27 @@ class Plan:
         return out
 
     def to_json(self, *, indent: int | None = 2) -> str:
-        return dumps(self.to_dict(), indent=indent)
+        return self.to_json_bytes(indent=indent).decode()
+
+    def to_json_bytes(self, *, indent: int | None = 2) -> bytes:
+        """The plan as UTF-8 JSON (what ``python -m planner plan`` writes)."""
+        with gc_paused():
+            return dumps_bytes(self.to_dict(), indent=indent)
 
 
 def dumps(obj: Any, *, indent: int | None = 2) -> str:
-    """The one JSON form of planner output: sorted keys, ASCII, no trailing space."""
-    separators = (",", ": ") if indent is not None else (",", ":")
-    return json.dumps(obj, sort_keys=True, indent=indent, separators=separators, ensure_ascii=True)
+    """The one JSON form of planner output: sorted keys, UTF-8, no trailing space."""
+    return dumps_bytes(obj, indent=indent).decode()
+
+
+def dumps_bytes(obj: Any, *, indent: int | None = 2) -> bytes:
+    """``dumps`` as bytes: two spaces of indent (or none), keys sorted."""
+    option = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
+    if indent is not None:
+        if indent != 2:
+            raise ValueError("planner JSON is indented by two spaces or not at all")
+        option |= orjson.OPT_INDENT_2
+    return orjson.dumps(obj, option=option)
 
 
 def bounds_entry(lower: float | None, utilization: float | None) -> dict[str, float | None]:

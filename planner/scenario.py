@@ -26,7 +26,12 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any
+from functools import partial
+from itertools import compress
+from operator import itemgetter
+from typing import Any, NamedTuple
+
+import orjson
 
 #: GitLab's replica state enum (``zoekt_replicas.state``): name → stored value.
 REPLICA_STATES: Mapping[str, int] = {"pending": 0, "ready": 10}
@@ -158,8 +163,9 @@ class Node:
         return {DISK: self.unclaimed_storage_bytes}
 
 
-@dataclass(frozen=True, slots=True)
-class Project:
+class Project(NamedTuple):
+    """A project to place (a tuple: a scenario can hold a million of them)."""
+
     project_namespace_id: int
     project_id: int
     #: Gitaly repository size in bytes; ``None`` when the project has no
@@ -183,11 +189,26 @@ class Namespace:
     namespace_id: int
     number_of_replicas: int = 1
     existing_replicas: tuple[ExistingReplica, ...] = ()
-    #: Sorted by ``project_namespace_id``.
-    projects: tuple[Project, ...] = ()
+    #: Every project as parallel columns sorted by project namespace id:
+    #: project namespace ids, project ids, repository sizes (``None``: no
+    #: statistics). Columns, not objects: a scenario can hold a million.
+    project_columns: tuple[list[int], list[int], list[int | None]] = ([], [], [])
     #: Every node that already holds an index of the namespace, in any state
     #: (GitLab's newest planner never places another index there).
     existing_node_ids: tuple[int, ...] = ()
+    #: The projects *with statistics* as the same columns: what the core plans.
+    columns: tuple[list[int], list[int], list[int]] = field(
+        default=([], [], []), compare=False, repr=False
+    )
+
+    @property
+    def projects(self) -> tuple[Project, ...]:
+        """Every project, sorted by ``project_namespace_id``."""
+        return tuple(map(_NEW_PROJECT, zip(*self.project_columns, strict=True)))
+
+    @property
+    def has_projects(self) -> bool:
+        return bool(self.project_columns[0])
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,43 +242,28 @@ class Scenario:
 # --------------------------------------------------------------------------- #
 
 
-def load_json(text: str | bytes) -> Any:
-    """Decode JSON, turning every decoding problem into a ``ScenarioError``.
+_BOM = b"\xef\xbb\xbf"
 
-    Rejects what ``json`` would otherwise let through: ``NaN``/``Infinity``
-    and duplicate keys within one object.
+
+def load_json(text: str | bytes) -> Any:
+    """Decode JSON (RFC 8259, UTF-8), turning every problem into a ``ScenarioError``.
+
+    ``orjson`` decodes: strict UTF-8, no ``NaN``/``Infinity``, nesting at
+    most 1,024 deep. In an object with a duplicated key the last value wins,
+    as in most parsers (RFC 8259 leaves it open); a leading byte-order mark
+    is skipped.
     """
-    if isinstance(text, bytes | bytearray):
-        try:
-            text = bytes(text).decode("utf-8-sig")
-        except UnicodeDecodeError as exc:
-            raise ScenarioError(ROOT, f"malformed JSON: not UTF-8 ({exc.reason})") from None
+    if isinstance(text, str):
+        text = text.encode("utf-8", "surrogatepass")
+    elif text[:3] == _BOM:
+        text = text[3:]
     try:
         with gc_paused():
-            return json.loads(
-                text, object_pairs_hook=_no_duplicate_keys, parse_constant=_no_constants
-            )
-    except json.JSONDecodeError as exc:
+            return orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
         raise ScenarioError(
             ROOT, f"malformed JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
         ) from None
-    except RecursionError:
-        raise ScenarioError(ROOT, "malformed JSON: nested too deeply") from None
-
-
-def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    obj = dict(pairs)
-    if len(obj) != len(pairs):
-        seen: set[str] = set()
-        for key, _ in pairs:
-            if key in seen:
-                raise ScenarioError(ROOT, f"malformed JSON: duplicate key {key!r} in an object")
-            seen.add(key)
-    return obj
-
-
-def _no_constants(name: str) -> Any:
-    raise ScenarioError(ROOT, f"malformed JSON: {name} is not a JSON number")
 
 
 @contextmanager
@@ -396,6 +402,7 @@ _NAMESPACE_KEYS = (
     "projects",
     "existing_node_ids",
 )
+_NAMESPACE_KEY_SET = frozenset(_NAMESPACE_KEYS)
 
 
 def _parse_namespaces(value: Any, path: str) -> tuple[Namespace, ...]:
@@ -403,9 +410,50 @@ def _parse_namespaces(value: Any, path: str) -> tuple[Namespace, ...]:
     namespaces: list[Namespace] = []
     seen_enabled: dict[int, int] = {}
     seen_root: dict[int, int] = {}
-    for i, item in enumerate(items):
+    for i, obj in enumerate(items):
+        enabled_id = obj.get("enabled_namespace_id") if type(obj) is dict else None
+        root_id = obj.get("namespace_id") if type(obj) is dict else None
+        replicas = obj.get("number_of_replicas", 1) if type(obj) is dict else None
+        if (
+            type(enabled_id) is int
+            and type(root_id) is int
+            and type(replicas) is int
+            and enabled_id >= 0
+            and root_id >= 0
+            and replicas >= 0
+            and enabled_id not in seen_enabled
+            and root_id not in seen_root
+            and _NAMESPACE_KEY_SET.issuperset(obj)
+        ):
+            # The common case, checked without building a single field path.
+            seen_enabled[enabled_id] = i
+            seen_root[root_id] = i
+            existing = obj.get("existing_replicas")
+            projects = obj.get("projects")
+            node_ids = obj.get("existing_node_ids")
+            all_columns, columns = (
+                _NO_PROJECTS
+                if projects is None or projects == []
+                else _parse_projects(projects, f"{path}[{i}].projects")
+            )
+            namespaces.append(
+                Namespace(
+                    enabled_id,
+                    root_id,
+                    replicas,
+                    ()
+                    if existing is None or existing == []
+                    else _parse_existing_replicas(existing, f"{path}[{i}].existing_replicas"),
+                    all_columns,
+                    ()
+                    if node_ids is None or node_ids == []
+                    else _parse_node_ids(node_ids, f"{path}[{i}].existing_node_ids"),
+                    columns,
+                )
+            )
+            continue
         p = f"{path}[{i}]"
-        obj = _object(item, p)
+        obj = _object(obj, p)
         _known_keys(obj, p, _NAMESPACE_KEYS, required=("enabled_namespace_id", "namespace_id"))
         enabled_id = _int(obj["enabled_namespace_id"], f"{p}.enabled_namespace_id", minimum=0)
         if enabled_id in seen_enabled:
@@ -428,9 +476,11 @@ def _parse_namespaces(value: Any, path: str) -> tuple[Namespace, ...]:
             # 0 is valid: every existing replica is destroyed, as in GitLab.
             replicas = _int(obj["number_of_replicas"], f"{p}.number_of_replicas", minimum=0)
         existing = _parse_existing_replicas(obj.get("existing_replicas"), f"{p}.existing_replicas")
-        projects = _parse_projects(obj.get("projects"), f"{p}.projects")
+        all_columns, columns = _parse_projects(obj.get("projects"), f"{p}.projects")
         node_ids = _parse_node_ids(obj.get("existing_node_ids"), f"{p}.existing_node_ids")
-        namespaces.append(Namespace(enabled_id, root_id, replicas, existing, projects, node_ids))
+        namespaces.append(
+            Namespace(enabled_id, root_id, replicas, existing, all_columns, node_ids, columns)
+        )
     return tuple(namespaces)
 
 
@@ -473,70 +523,101 @@ def _parse_existing_replicas(value: Any, path: str) -> tuple[ExistingReplica, ..
     return tuple(replicas)
 
 
-def _parse_projects(value: Any, path: str) -> tuple[Project, ...]:
+_PROJECT_KEYS = ("project_namespace_id", "project_id", "repository_size")
+_PNIDS = itemgetter("project_namespace_id")
+_PIDS = itemgetter("project_id")
+_SIZES = itemgetter("repository_size")
+_FIRST = itemgetter(0)
+_NEW_PROJECT = partial(tuple.__new__, Project)
+_INT = frozenset({int})
+_SIZE_TYPES = frozenset({int, type(None)})
+
+
+_Columns = tuple[list[int], list[int], list[int | None]]
+_NO_PROJECTS: tuple[_Columns, _Columns] = (([], [], []), ([], [], []))
+
+
+def _parse_projects(value: Any, path: str) -> tuple[_Columns, _Columns]:
+    """Every project's columns sorted by project namespace id, and those with statistics.
+
+    The hot path of parsing: a scenario can hold a million projects. Every
+    check runs over a whole column at C speed (``map``, ``set``, ``min``);
+    only when one fails does a per-project walk find the first bad project
+    and name its field.
+    """
     if value is None:
-        return ()
+        return _NO_PROJECTS
     items = _list(value, path)
-    projects: list[Project] = []
-    append = projects.append
-    # The hot path of parsing (a scenario can hold a million projects): plain
-    # type checks inline, the helpers only to build the error.
-    for i, item in enumerate(items):
-        if type(item) is not dict or len(item) != 3:
-            _project_problem(item, f"{path}[{i}]")
-        try:
-            pnid = item["project_namespace_id"]
-            pid = item["project_id"]
-            size = item["repository_size"]
-        except KeyError:
-            _project_problem(item, f"{path}[{i}]")
+    if not items:
+        return _NO_PROJECTS
+    try:
+        if not _DICT.issuperset(map(type, items)) or set(map(len, items)) != {3}:
+            raise _BadProject
+        pnids = list(map(_PNIDS, items))
+        pids = list(map(_PIDS, items))
+        sizes = list(map(_SIZES, items))
         if (
-            type(pnid) is not int
-            or type(pid) is not int
-            or pnid < 0
-            or pid < 0
-            or (size is not None and (type(size) is not int or size < 0))
+            not _INT.issuperset(map(type, pnids))
+            or not _INT.issuperset(map(type, pids))
+            or not _SIZE_TYPES.issuperset(map(type, sizes))
+            or min(pnids) < 0
+            or min(pids) < 0
+            or min([size for size in sizes if size is not None], default=0) < 0
         ):
-            _project_problem(item, f"{path}[{i}]")
-        append(Project(pnid, pid, size))
-    projects.sort(key=_by_project_namespace_id)
-    for i in range(1, len(projects)):
-        if projects[i].project_namespace_id == projects[i - 1].project_namespace_id:
-            dup = projects[i].project_namespace_id
-            where = [j for j, item in enumerate(items) if item["project_namespace_id"] == dup]
-            raise ScenarioError(
-                f"{path}[{where[1]}].project_namespace_id",
-                f"duplicate project namespace id {dup} (also {path}[{where[0]}])",
-            )
-    seen_ids: dict[int, int] = {}
-    for i, item in enumerate(items):
-        pid = item["project_id"]
-        if pid in seen_ids:
-            raise ScenarioError(
-                f"{path}[{i}].project_id",
-                f"duplicate project id {pid} (also {path}[{seen_ids[pid]}])",
-            )
-        seen_ids[pid] = i
-    return tuple(projects)
+            raise _BadProject
+    except (_BadProject, KeyError):
+        bad = True
+    else:
+        bad = False
+    if bad:
+        for i, item in enumerate(items):
+            _check_project(item, f"{path}[{i}]")
+        raise AssertionError(f"{path}: rejected by the fast checks but not by the helpers")
+    if len(set(pnids)) != len(pnids):
+        first: dict[int, int] = {}
+        for i, pnid in enumerate(pnids):
+            if pnid in first:
+                raise ScenarioError(
+                    f"{path}[{i}].project_namespace_id",
+                    f"duplicate project namespace id {pnid} (also {path}[{first[pnid]}])",
+                )
+            first[pnid] = i
+    if len(set(pids)) != len(pids):
+        first = {}
+        for i, pid in enumerate(pids):
+            if pid in first:
+                raise ScenarioError(
+                    f"{path}[{i}].project_id",
+                    f"duplicate project id {pid} (also {path}[{first[pid]}])",
+                )
+            first[pid] = i
+    if pnids != sorted(pnids):
+        rows = sorted(zip(pnids, pids, sizes, strict=True), key=_FIRST)
+        pnids, pids, sizes = (list(column) for column in zip(*rows, strict=True))
+    if None in sizes:
+        known = [size is not None for size in sizes]
+        return (pnids, pids, sizes), (
+            list(compress(pnids, known)),
+            list(compress(pids, known)),
+            list(compress(sizes, known)),
+        )
+    return (pnids, pids, sizes), (pnids, pids, sizes)
 
 
-def _by_project_namespace_id(project: Project) -> int:
-    return project.project_namespace_id
+_DICT = frozenset({dict})
 
 
-def _project_problem(item: Any, path: str) -> None:
-    """Raise the precise error for a project that failed the fast checks."""
+class _BadProject(Exception):
+    pass
+
+
+def _check_project(item: Any, path: str) -> None:
+    """Raise the precise error for a bad project; return for a good one."""
     obj = _object(item, path)
-    _known_keys(
-        obj,
-        path,
-        ("project_namespace_id", "project_id", "repository_size"),
-        required=("project_namespace_id", "project_id", "repository_size"),
-    )
+    _known_keys(obj, path, _PROJECT_KEYS, required=_PROJECT_KEYS)
     _int(obj["project_namespace_id"], f"{path}.project_namespace_id", minimum=0)
     _int(obj["project_id"], f"{path}.project_id", minimum=0)
     _optional_int(obj["repository_size"], f"{path}.repository_size")
-    raise AssertionError(f"{path}: rejected by the fast check but not by the helpers")
 
 
 # --------------------------------------------------------------------------- #

@@ -196,7 +196,8 @@ def test_invalid_scenario_exits_2_with_one_line_naming_the_field(mutate, field):
     [
         pytest.param('{"nodes": [', id="truncated"),
         pytest.param("", id="empty input"),
-        pytest.param('{"nodes": [], "namespaces": [], "nodes": []}', id="duplicate key"),
+        pytest.param('{"nodes": [], "namespaces": [],}', id="trailing comma"),
+        pytest.param('{"nodes": [], "namespaces": []} {}', id="two documents"),
         pytest.param('{"nodes": [{"id": 1, "unclaimed_storage_bytes": NaN}]}', id="NaN"),
         pytest.param(b"\xff\xfe{", id="not UTF-8"),
         pytest.param("[]", id="not an object"),

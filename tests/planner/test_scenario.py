@@ -212,6 +212,12 @@ def test_problems_name_their_field(mutate, field_path):
     assert caught.value.field_path == field_path
 
 
+def test_a_duplicated_key_takes_its_last_value_and_a_byte_order_mark_is_skipped():
+    text = b'\xef\xbb\xbf{"nodes": [{"id": 1, "unclaimed_storage_bytes": 5}], "namespaces": [], '
+    text += b'"nodes": [{"id": 2, "unclaimed_storage_bytes": 7}]}'
+    assert [node.id for node in Scenario.from_json(text).nodes] == [2]
+
+
 def test_from_json_reports_malformed_json_at_the_scenario_root():
     with pytest.raises(ScenarioError) as caught:
         Scenario.from_json('{"nodes": [1,]}')
