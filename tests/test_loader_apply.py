@@ -95,12 +95,14 @@ def test_the_loader_builds_the_contract_scenario_from_the_database(now):
         "nodes": [
             {
                 "id": roomy.id,
+                "name": "a",
                 "unclaimed_storage_bytes": 5000,
                 "memory_budget_bytes": None,
                 "process_health": {"webserver": {"rss_bytes": 4096, "shards_loaded": 7}},
             },
             {
                 "id": small.id,
+                "name": "b",
                 "unclaimed_storage_bytes": 1000,
                 "memory_budget_bytes": None,
                 "process_health": None,
@@ -129,6 +131,7 @@ def test_the_loader_builds_the_contract_scenario_from_the_database(now):
                         "repository_size": 50,
                     },
                 ],
+                "existing_node_ids": [],
             },
             {
                 "enabled_namespace_id": second.id,
@@ -140,6 +143,7 @@ def test_the_loader_builds_the_contract_scenario_from_the_database(now):
                     {"id": third.id, "state": "pending"},
                 ],
                 "projects": [],
+                "existing_node_ids": [],
             },
         ],
     }
@@ -212,8 +216,9 @@ def test_the_loader_query_count_does_not_grow_with_projects_or_namespaces(now):
         counts[label] = len(queries)
         assert sum(len(ns["projects"]) for ns in loaded["namespaces"]) >= 10
     assert sum(len(ns["projects"]) for ns in loaded["namespaces"]) == 115
-    # One for the existing replicas, one (a server-side cursor) for every project.
-    assert set(counts.values()) == {2}, counts
+    # One for the existing replicas, one for the nodes holding their indices,
+    # one (a server-side cursor) for every project.
+    assert set(counts.values()) == {3}, counts
 
 
 def test_the_loader_reports_progress_per_namespace(now):
