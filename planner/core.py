@@ -501,6 +501,7 @@ class _Run:
             # A new index (or the replica's first) on the first-fit node.
             if last is not None:
                 write(last_pos, last_max - last_req)
+            exhausted.flush()
             position = find(size) if size < search_fail else None
             if position is None:
                 if size < search_fail:
@@ -817,6 +818,7 @@ class _Run:
                     if position < 0 and aware:
                         # The first node with room in both dimensions: GitLab's own
                         # first fit whenever that node has the memory too.
+                        exhausted.flush()
                         position = fit_both(r)
                         if position is None:
                             # No usable node has both: the disk-only choice, with a warning.
@@ -838,6 +840,7 @@ class _Run:
                                 skipped.append(k)
                                 continue
                     elif position < 0:
+                        exhausted.flush()
                         position = find(size) if size < search_fail else None
                         if position is None:
                             if size < search_fail:
@@ -1061,6 +1064,7 @@ class _Run:
         if estimate(last_r + r) > last_mopen:
             # The node's own unclaimed memory is short (not only the ceiling).
             if cap_left > 0:
+                exhausted.flush()
                 position = self.fit_both.find(r)
                 if position is not None:
                     return (_OPEN, position, CAUSE_MEMORY_BUDGET)
@@ -1148,6 +1152,7 @@ class _Run:
 
     def _disk_only_choice(self, size: int) -> int | None:
         """The first candidate with the disk room that the namespace may still use."""
+        self.exhausted.flush()
         return self.first_fit.find(size)
 
     def _warn(
@@ -1379,21 +1384,25 @@ def _bounds(
 
 
 class _Exhausted:
-    """One namespace plan's excluded positions, mirrored as blocks in the search trees.
+    """One namespace plan's excluded positions, and their blocks in the search trees.
 
     A position is excluded when its node holds an index of the namespace: in
     the database, in a replica planned earlier in the run, or in the replica
     being planned (GitLab's newest planner; ``zoekt_indices`` is unique on
-    enabled namespace and node). Blocked in the disk tree and, with the
-    memory dimension, in the two-dimensional one.
+    enabled namespace and node). The trees are blocked lazily: ``add`` only
+    records the position, and ``flush`` (called before every search) blocks
+    what was added since, so the many namespaces that never search again
+    after their first index cost no tree update at all.
     """
 
-    __slots__ = ("_frozen", "both", "first_fit", "positions")
+    __slots__ = ("_frozen", "blocked", "both", "first_fit", "pending", "positions")
 
     def __init__(self, first_fit: _FirstFit, both: _FitBoth | None = None) -> None:
         self.first_fit = first_fit
         self.both = both
         self.positions: set[int] = set()
+        self.pending: list[int] = []
+        self.blocked: list[int] = []
         self._frozen: frozenset[int] | None = frozenset()
 
     def __contains__(self, position: int) -> bool:
@@ -1402,10 +1411,21 @@ class _Exhausted:
     def add(self, position: int) -> None:
         if position not in self.positions:
             self.positions.add(position)
-            self.first_fit.block(position)
-            if self.both is not None:
-                self.both.block(position)
+            self.pending.append(position)
             self._frozen = None
+
+    def flush(self) -> None:
+        """Block in the trees every position added since the last flush."""
+        pending = self.pending
+        if pending:
+            block = self.first_fit.block
+            both = self.both
+            for position in pending:
+                block(position)
+                if both is not None:
+                    both.block(position)
+            self.blocked.extend(pending)
+            pending.clear()
 
     def frozen(self) -> frozenset[int]:
         """Every excluded position, as an immutable set (shared while it does not change)."""
@@ -1417,9 +1437,11 @@ class _Exhausted:
         """The namespace is planned: its excluded nodes are candidates again."""
         if self.positions:
             both = self.both
-            for position in self.positions:
+            for position in self.blocked:
                 self.first_fit.unblock(position)
                 if both is not None:
                     both.unblock(position)
             self.positions.clear()
+            self.pending.clear()
+            self.blocked.clear()
             self._frozen = frozenset()
