@@ -2,6 +2,7 @@
 #   make run    serve the admin at http://127.0.0.1:8000/admin/ with a worker and beat
 #   make demo   as run, plus demo data and five fake nodes (dashboard at /admin/dashboard/)
 #   make test   lint, migration check and the whole test suite
+#   make screenshots   refresh docs/screenshots/ from the browser test (needs Chromium)
 # Both use DATABASE_URL / REDIS_URL when set, and embedded servers under ./var/ when not.
 
 PYTHON ?= python3
@@ -9,7 +10,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install run demo test lint format bench replays clean
+.PHONY: install run demo test screenshots lint format bench replays clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +29,11 @@ demo: install
 
 test: install lint
 	$(BIN)/python -m zoekt.devservers test -- $(PYTEST_ARGS)
+
+# The browser test writes its screenshots to its tmp dir; this copies them to
+# docs/screenshots/ (Chromium required: apt-get install chromium).
+screenshots: install
+	ZOEKT_REFRESH_SCREENSHOTS=1 $(BIN)/python -m zoekt.devservers test -- tests/browser/test_dashboard_browser.py
 
 # Heartbeat benchmark (several minutes); figures go to docs/benchmarks.md.
 bench: install

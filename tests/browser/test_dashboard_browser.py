@@ -2,11 +2,13 @@
 
 Every figure checked on screen is read from the database first (see
 ``conftest``: no ORM call while the browser is open), and each page is
-saved as a screenshot under the test's tmp dir and in ``docs/screenshots/``.
+saved as a screenshot under the test's tmp dir; ``docs/screenshots/`` is
+written only by ``make screenshots``, and otherwise left as it was.
 """
 
 from __future__ import annotations
 
+import hashlib
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -14,7 +16,14 @@ from django.contrib.auth.models import Permission, User
 
 from planner.models import RolloutPlan
 from planner.rollout import RolloutService
-from tests.browser.conftest import PASSWORD, chromium_page, log_in, screenshot
+from tests.browser.conftest import (
+    DOCS_SCREENSHOTS,
+    PASSWORD,
+    chromium_page,
+    log_in,
+    refreshing,
+    screenshot,
+)
 from tests.dashboard.builders import build_fleet, unplaced_namespace
 from zoekt import clock
 from zoekt.models import EnabledNamespace, Index, Node, Replica
@@ -87,11 +96,20 @@ def seed() -> dict:
     }
 
 
+def docs_screenshots() -> dict[str, str]:
+    """The tracked screenshots, by name, with a digest of their bytes."""
+    return {
+        path.name: hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(DOCS_SCREENSHOTS.glob("*.png"))
+    }
+
+
 def text(page, selector: str) -> str:
     return " ".join(page.locator(selector).inner_text().split())
 
 
 def test_operator_reads_every_dashboard_page(browser_ready, live_server, tmp_path):
+    tracked = docs_screenshots()
     expected = seed()
     base = live_server.url
     seen: dict[str, str] = {}
@@ -168,3 +186,6 @@ def test_operator_reads_every_dashboard_page(browser_ready, live_server, tmp_pat
     assert seen["search"] == "searchable"
     for name in ("fleet", "plans", "plan", "namespaces", "namespace"):
         assert (tmp_path / f"dashboard-{name}.png").stat().st_size > 10_000
+    # A test run leaves the checkout as it was; `make screenshots` refreshes the docs.
+    if not refreshing():
+        assert docs_screenshots() == tracked
