@@ -15,9 +15,10 @@ from datetime import timedelta
 from django.conf import settings as django_settings
 from django.core.cache import cache
 from django.db import connection, transaction
-from django.db.models import Case, F, Value, When
+from django.db.models import Case, DateTimeField, F, Q, Value, When
+from django.db.models.functions import Greatest
 
-from zoekt import capacity, clock
+from zoekt import capacity, clock, locks
 from zoekt.logging import get_logger
 from zoekt.models import Index, Node, Replica, Repository, Task
 
@@ -237,7 +238,12 @@ def _apply_success(task: Task, node: Node, data: dict, now) -> CallbackOutcome:
     if task.state == Task.State.DONE:
         return CallbackOutcome("ignored_already_done", task.id)
     if task.task_type == Task.TaskType.DELETE_REPO:
-        Repository.objects.filter(id=task.zoekt_repository_id).delete()
+        repository = Repository.objects.filter(id=task.zoekt_repository_id)
+        index_id = repository.values_list("zoekt_index_id", flat=True).first()
+        repository.delete()
+        if index_id is not None:
+            # Its size leaves the index's used bytes (GitLab leaves them until a later index).
+            _mark_index_stale(index_id, now)
     else:
         repo = Repository.objects.select_for_update().filter(id=task.zoekt_repository_id).first()
         if repo is not None:
@@ -267,11 +273,38 @@ def _record_indexed(repo: Repository, node: Node, data: dict, now) -> None:
             "schema_version",
         ]
     )
-    # Debounced: the index's used bytes are recomputed once it is marked stale.
+    _mark_index_stale(repo.zoekt_index_id, now)
+
+
+def _mark_index_stale(index_id: int, now) -> None:
+    """Advance the index's ``last_indexed_at`` so that its used bytes are recounted (4.3).
+
+    The write is skipped when it would change nothing the refresh reads: the
+    index is already stale (stamped after its last refresh, so the next one
+    counts this callback too) and was stamped less than 30 s ago (GitLab's
+    debounce, which keeps ``last_indexed_at`` within 30 s of the newest
+    index). GitLab skips it whenever the stamp is less than 30 s old, stale or
+    not: a refresh that runs less than 30 s after a stamp leaves the callbacks
+    after it uncounted until one comes 30 s after the stamp, and for good when
+    indexing stops first. Here an index gets at most one write per refresh of
+    it and one per 30 s.
+
+    Under the index's used-bytes lock (shared; the refresh holds it exclusively
+    while it counts) the choice sees any refresh that did not count this
+    callback, and the stamp is never older than that refresh, whichever clock
+    it read.
+    """
+    locks.index_used_bytes_lock(index_id, shared=True)
     Index.objects.filter(
-        id=repo.zoekt_index_id,
-        last_indexed_at__lt=now - timedelta(seconds=INDEX_DEBOUNCE_SECONDS),
-    ).update(last_indexed_at=now, updated_at=now)
+        Q(last_indexed_at__lt=F("used_storage_bytes_updated_at"))
+        | Q(last_indexed_at__lt=now - timedelta(seconds=INDEX_DEBOUNCE_SECONDS)),
+        id=index_id,
+    ).update(
+        last_indexed_at=Greatest(
+            Value(now, output_field=DateTimeField()), F("used_storage_bytes_updated_at")
+        ),
+        updated_at=now,
+    )
 
 
 def retry_delay_seconds(retries_left: int, jitter_fraction: float) -> float:

@@ -98,3 +98,24 @@ def try_advisory_session_lock(key: LockKey) -> Iterator[bool]:
         if acquired:
             with connection.cursor() as cursor:
                 cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [_KEY_SPACE, int(key)])
+
+
+# Per-index locks: the used-bytes refresh of one index against the callbacks that
+# change what it counts. They have their own first key; the second is the index id
+# reduced to 31 bits, so two indices whose ids share those bits may, rarely, wait
+# for each other, which costs a few milliseconds and nothing else.
+_INDEX_KEY_SPACE = 0x7A6F6569  # "zoei"
+
+
+def index_used_bytes_lock(index_id: int, *, shared: bool) -> None:
+    """Wait for an index's used-bytes lock until the transaction ends; call inside one.
+
+    The refresh takes it exclusively before it sums the index's repository
+    sizes; a callback takes it shared before it decides whether to mark the
+    index stale. So a callback committing during a refresh either is counted
+    by it or sees it and marks the index stale again. Callbacks do not wait
+    for each other, and the lock lives in memory: it writes no row.
+    """
+    function = "pg_advisory_xact_lock_shared" if shared else "pg_advisory_xact_lock"
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {function}(%s, %s)", [_INDEX_KEY_SPACE, int(index_id) & 0x7FFFFFFF])

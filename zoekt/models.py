@@ -580,12 +580,21 @@ class Index(ClockStampedModel):
     def update_storage_bytes_and_watermark_level(
         self, *, skip_used_storage_bytes: bool = False
     ) -> None:
-        """Refresh used bytes, resize the reservation and store the level (reference 4.3)."""
+        """Refresh used bytes, resize the reservation and store the level (reference 4.3).
+
+        Counting takes the index's used-bytes lock first (``zoekt.locks``), so a
+        callback committing meanwhile is either in the sum or marks the index
+        stale again after it (``actions._mark_index_stale``).
+        """
         from django.db import transaction
+
+        from zoekt import locks
 
         with transaction.atomic():
             # Lock the node row: two indices of one node must not claim the same bytes.
             node = Node.objects.select_for_update().get(pk=self.zoekt_node_id)
+            if not skip_used_storage_bytes:
+                locks.index_used_bytes_lock(self.pk, shared=False)
             index = Index.objects.select_for_update().get(pk=self.pk)
             if not skip_used_storage_bytes:
                 used = index.repositories.aggregate(total=models.Sum("size_bytes"))["total"] or 0

@@ -135,6 +135,10 @@ def catalog() -> dict:
     return {"namespaces": namespaces, "projects": projects, "project_statistics": statistics}
 
 
+def used_bytes_held(index: Index) -> int:
+    return sum(Repository.objects.filter(zoekt_index=index).values_list("size_bytes", flat=True))
+
+
 def tick(running: list[FakeNode]) -> None:
     """What beat and the nodes do in a while: rollout, every scheduled task, a pull per node."""
     rollout_task()
@@ -189,9 +193,10 @@ def test_a_namespace_is_indexed_served_pruned_and_re_planned_after_its_node_is_l
     served = search_targets()
     assert [t["node_id"] for t in served["targets"]] == [index.zoekt_node_id]
     assert served["targets"][0]["replica_id"] == replica.id
-    # Used bytes were refreshed from the callbacks (debounced 30 s, so maybe not all of them).
+    # One pass after the last callback, the used bytes are the sum of the repositories' sizes.
+    tick(nodes)
     index.refresh_from_db()
-    assert 1024 < index.used_storage_bytes <= sum(r.size_bytes for r in holder.repos.values())
+    assert index.used_storage_bytes == used_bytes_held(index) > 1024
 
     # --- 2. a deleted project's repository is deleted on its node -------------------------------
     gone = project_ids[0]
@@ -205,6 +210,11 @@ def test_a_namespace_is_indexed_served_pruned_and_re_planned_after_its_node_is_l
     assert sorted(holder.repos) == project_ids[1:]
     delete = Task.objects.get(project_identifier=gone, task_type=Task.TaskType.DELETE_REPO)
     assert delete.state == Task.State.DONE
+    # And one pass after the delete callback, without the deleted repository's size.
+    held_before = index.used_storage_bytes
+    tick(nodes)
+    index.refresh_from_db()
+    assert index.used_storage_bytes == used_bytes_held(index) < held_before
     assert search_targets()["search_enabled"] is True
 
     # --- 3. the holder is lost: its rows go and the namespace is re-planned ----------------------
