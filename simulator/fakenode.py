@@ -4,6 +4,12 @@ One ``FakeNode`` behaves as a ``gitlab-zoekt-indexer`` does towards GitLab:
 
 * its uuid lives in ``<state_dir>/<name>.uuid``, created on first start and
   reused afterwards, so a restarted node is the same row on the server;
+* what it holds (each repository's index bytes, index files and root
+  namespace) lives in ``<state_dir>/<name>.holdings.json`` next to it, so a
+  restarted node holds, reports and is sized by what it indexed before
+  (``save_holdings``: written atomically, at most every
+  ``holdings_save_interval`` seconds while it changes, and on ``stop()``;
+  loaded on start when it names the node's uuid);
 * every request carries a fresh HS256 JWT (``iss`` ``gitlab-shell``, ``iat``,
   ``exp`` 60 s later) in the ``Gitlab-Shell-Api-Request`` header, signed with
   the GitLab Shell secret read from a file;
@@ -49,6 +55,7 @@ import math
 import os
 import random
 import re
+import signal
 import sys
 import threading
 import time
@@ -81,6 +88,9 @@ GIB = 1024**3
 
 # How many reported task ids are remembered for de-duplication.
 REPORTED_MEMORY = 100_000
+
+# The holdings file's format; a file of another format is not loaded.
+HOLDINGS_FORMAT = 1
 
 
 # --- Go durations -----------------------------------------------------------------
@@ -195,6 +205,11 @@ class FakeNodeConfig:
     disk_model: DiskModel | None = None
     namespace_memory: NamespaceMemoryModel | None = None
     request_timeout: float = 10.0
+    # What the node holds survives a restart (``<state_dir>/<name>.holdings.json``): written
+    # at most every ``holdings_save_interval`` seconds while it changes (0: on every change),
+    # and on ``stop()``. False keeps it in memory only.
+    persist_holdings: bool = True
+    holdings_save_interval: float = 1.0
     log: Callable[[dict], None] | None = None
     # Where requests go: None is HTTP to ``base_url``. A replay passes an object with
     # ``post_json(path, body, headers) -> (status, parsed body)`` and ``close()`` that calls
@@ -212,6 +227,8 @@ class FakeNodeConfig:
             raise ValueError("task_delay must be >= 0 seconds, or a (min, max) range with min<=max")
         if self.secret is None and self.secret_file is None:
             raise ValueError("a secret or a secret_file is needed to sign requests")
+        if self.holdings_save_interval < 0:
+            raise ValueError("holdings_save_interval must be >= 0 seconds")
 
     def resolved_secret(self) -> str:
         if self.secret is not None:
@@ -416,6 +433,12 @@ class FakeNode:
         self.node_id: int | None = None
         self.heartbeats = 0
         self.extra_used_bytes = 0  # other files on the disk; tests raise it to fill the disk
+        # The holdings file: the version of ``_repos`` in memory and the one last written.
+        self._save_lock = threading.Lock()
+        self._holdings_version = 0
+        self._saved_version = 0
+        self._saved_at: float | None = None
+        self._load_holdings()
 
     # --- identity -----------------------------------------------------------
 
@@ -445,6 +468,126 @@ class FakeNode:
         temporary.write_text(f"{value}\n")
         os.replace(temporary, path)
         return value
+
+    # --- what the node holds, across restarts ------------------------------
+
+    @property
+    def holdings_path(self) -> Path:
+        return Path(self.config.state_dir) / f"{self.config.name}.holdings.json"
+
+    def _load_holdings(self) -> None:
+        """Hold again what the holdings file lists, when it is this node's (same uuid).
+
+        A node without a uuid file yet is new: a holdings file beside it is
+        not its own. A file that does not parse, is of another format or names
+        another uuid is left alone and the node starts empty, as a node whose
+        disk was lost (and says so in its log).
+        """
+        if not self.config.persist_holdings or not self.holdings_path.exists():
+            return
+        if not self.uuid_path.exists():
+            self._emit("holdings_ignored", reason="no_uuid_file", path=str(self.holdings_path))
+            return
+        try:
+            data = json.loads(self.holdings_path.read_text())
+            if not isinstance(data, dict) or data.get("format") != HOLDINGS_FORMAT:
+                raise ValueError(f"not a holdings file of format {HOLDINGS_FORMAT}")
+            repos: dict[int, HeldRepo] = {}
+            roots: dict[int, int | None] = {}
+            for key, entry in dict(data.get("repos") or {}).items():
+                repo_id = int(key)
+                repos[repo_id] = HeldRepo(int(entry["size_bytes"]), int(entry["index_file_count"]))
+                root = entry.get("root_namespace_id")
+                roots[repo_id] = None if root is None else int(root)
+        except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
+            self._emit("holdings_unreadable", path=str(self.holdings_path), error=str(exc))
+            return
+        if data.get("uuid") != str(self.uuid):
+            self._emit("holdings_ignored", reason="other_uuid", path=str(self.holdings_path))
+            return
+        with self._lock:
+            self._repos = repos
+            self._repo_root = roots
+            if self.config.disk_model is not None:
+                for repo_id, repo in repos.items():
+                    self.config.disk_model.index(repo_id, repo.size_bytes)
+        self._emit(
+            "holdings_loaded",
+            repos_held=len(repos),
+            indexed_bytes=sum(repo.size_bytes for repo in repos.values()),
+        )
+
+    def _holdings_changed(self) -> None:
+        """Call with ``_lock`` held after changing ``_repos``; the file follows (throttled)."""
+        self._holdings_version += 1
+
+    def save_holdings(self, *, force: bool = False) -> bool:
+        """Write what the node holds to its holdings file if it changed since the last write.
+
+        At most once every ``holdings_save_interval`` seconds unless ``force``:
+        a change inside the interval is written by a later call (the next
+        change, heartbeat or step, or ``stop()``). The file is written to a
+        temporary name and renamed over the old one, so a reader (or a node
+        killed mid-write) sees the old holdings or the new, never half.
+        Returns whether it wrote.
+        """
+        if not self.config.persist_holdings:
+            return False
+        # One writer at a time. A call that is not forced leaves the work to the writer of
+        # the moment, which looks again after letting go, so no change is left unwritten.
+        wrote = False
+        while self._save_due(force):
+            if not self._save_lock.acquire(blocking=force):
+                break
+            try:
+                while self._save_due(force):
+                    if not self._write_holdings():
+                        return wrote
+                    wrote = True
+                    force = False
+            finally:
+                self._save_lock.release()
+        return wrote
+
+    def _save_due(self, force: bool) -> bool:
+        """The holdings changed since the last write, and the interval allows one now."""
+        with self._lock:
+            if self._holdings_version == self._saved_version:
+                return False
+            recent = (
+                self._saved_at is not None
+                and time.monotonic() - self._saved_at < self.config.holdings_save_interval
+            )
+            return force or not recent
+
+    def _write_holdings(self) -> bool:
+        """Write the holdings file (temporary file, then rename); call under ``_save_lock``."""
+        with self._lock:
+            version = self._holdings_version
+            repos = {
+                str(repo_id): {
+                    "size_bytes": repo.size_bytes,
+                    "index_file_count": repo.index_file_count,
+                    "root_namespace_id": self._repo_root.get(repo_id),
+                }
+                for repo_id, repo in sorted(self._repos.items())
+            }
+        data = {"format": HOLDINGS_FORMAT, "uuid": str(self.uuid), "repos": repos}
+        path = self.holdings_path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        try:
+            temporary.write_text(json.dumps(data, separators=(",", ":")))
+            os.replace(temporary, path)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                temporary.unlink()
+            self._emit("holdings_save_error", path=str(path), error=str(exc))
+            return False
+        with self._lock:
+            self._saved_version = version
+            self._saved_at = time.monotonic()
+        return True
 
     # --- the models ---------------------------------------------------------
 
@@ -566,6 +709,8 @@ class FakeNode:
             return outcome
         outcome = self.handle_reply(reply, sent_at=sent_at)
         outcome.status = status
+        if reply.get("truncate"):
+            self.save_holdings(force=True)
         self._emit(
             "heartbeat",
             status=status,
@@ -593,6 +738,7 @@ class FakeNode:
                 # and task ids from an earlier server mean nothing here.
                 self._repos.clear()
                 self._repo_root.clear()
+                self._holdings_changed()
                 if self.config.disk_model is not None:
                     self.config.disk_model.clear()
                 self._reported.clear()
@@ -706,16 +852,20 @@ class FakeNode:
                 if current:
                     self._repos[job.repo_id] = HeldRepo(size, files)
                     self._repo_root[job.repo_id] = _root_namespace(job.payload)
+                    self._holdings_changed()
                     if self.config.disk_model is not None:
                         self.config.disk_model.index(job.repo_id, size)
                 body["additional_payload"] = {
                     "repo_stats": {"size_in_bytes": size, "index_file_count": files}
                 }
             self._release_tail(job)
+        # Written before the callback tells the server (unless a write was made just now).
+        self.save_holdings()
         return body
 
     def _drop_repo(self, repo_id: int) -> None:
-        self._repos.pop(repo_id, None)
+        if self._repos.pop(repo_id, None) is not None:
+            self._holdings_changed()
         self._repo_root.pop(repo_id, None)
         if self.config.disk_model is not None:
             self.config.disk_model.delete(repo_id)
@@ -779,6 +929,7 @@ class FakeNode:
             result = self.execute(job)
             if result is not None:
                 callbacks.append(result)
+        self.save_holdings()
         return StepResult(heartbeat=outcome, callbacks=callbacks)
 
     @property
@@ -803,6 +954,7 @@ class FakeNode:
     def _loop(self) -> None:
         while not self._stop.is_set():
             try:
+                self.save_holdings()
                 self.flush_outbox()
                 outcome = self.heartbeat()
                 for job in outcome.accepted:
@@ -830,6 +982,7 @@ class FakeNode:
         with self._lock:
             for job in list(self._inflight.values()):
                 self._abandon(job)
+        self.save_holdings(force=True)
         self._http.close()
 
     def run_for(self, seconds: float) -> None:
@@ -876,7 +1029,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--url", required=True, help="control plane base URL")
     parser.add_argument("--secret-file", required=True, help="GitLab Shell secret file")
     parser.add_argument("--count", type=int, default=1, help="number of nodes (default 1)")
-    parser.add_argument("--state-dir", default="var/fakenodes", help="where uuid files live")
+    parser.add_argument(
+        "--state-dir", default="var/fakenodes", help="where uuid and holdings files live"
+    )
     parser.add_argument("--name-prefix", default="zoekt", help="nodes are <prefix>-<i>")
     parser.add_argument("--first-index", type=int, default=0, help="i of the first node")
     parser.add_argument(
@@ -995,8 +1150,17 @@ def configs_from_args(args: argparse.Namespace, log: Callable[[dict], None] | No
     return configs
 
 
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None, *, log: Callable[[dict], None] = print_json_line) -> int:
     args = build_parser().parse_args(argv)
+    # SIGTERM (a process manager stopping the fleet) stops the nodes as Ctrl-C does, so
+    # each writes what it holds before the process ends.
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _interrupt)
     nodes = [FakeNode(config) for config in configs_from_args(args, log)]
     for node in nodes:
         node.start()
@@ -1020,6 +1184,8 @@ def main(argv: list[str] | None = None, *, log: Callable[[dict], None] = print_j
                     "repos_held": len(node.repos),
                 }
             )
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     return 0
 
 
