@@ -60,3 +60,5 @@ class Reason(enum.StrEnum):
     NO_MEMORY_OBSERVATIONS = "no_memory_observations"
     MEMORY_RATIO_CALIBRATED = "memory_ratio_calibrated"
     MEMORY_HIGH_WATERMARK = "memory_high_watermark"
+    # Lost index data (zoekt.scheduling.lost_index_data): why a node's indices were re-indexed
+    INDEXED_BYTES_SHORTFALL = "indexed_bytes_shortfall"

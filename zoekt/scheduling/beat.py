@@ -19,4 +19,11 @@ SCHEDULING_BEAT: dict[str, dict] = {
         "schedule": 60.0,
         "options": {"expires": 60},
     },
+    # Nodes that report far fewer indexed bytes than their ready indices hold (a disk lost
+    # under the same uuid): their indices are re-indexed (zoekt.scheduling.lost_index_data).
+    "reindex-lost-index-data": {
+        "task": "zoekt.reindex_lost_index_data",
+        "schedule": 60.0,
+        "options": {"expires": 60},
+    },
 }

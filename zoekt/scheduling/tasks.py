@@ -11,6 +11,7 @@ from zoekt.models import Project
 from zoekt.reasons import Reason
 from zoekt.scheduling import (
     events,  # noqa: F401  (registers the event tasks with the worker)
+    lost_index_data,  # noqa: F401  (registers its check with the worker)
     metrics,
 )
 from zoekt.scheduling.indexing import IndexingTaskService
