@@ -14,11 +14,11 @@ import io
 import pytest
 from django.core.management import call_command
 
+from dashboard.readmodels import demo_progress
 from simulator.fakenode import GIB, default_index_size
+from simulator.management.commands.zoekt_demo_seed import build_catalog, index_sizes
 from simulator.replay import Replay
-from zoekt.management.commands.zoekt_demo_seed import build_catalog, index_sizes
 from zoekt.models import EnabledNamespace, Index, Replica
-from zoekt.readmodels import demo_progress
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

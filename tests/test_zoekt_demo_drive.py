@@ -14,6 +14,14 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from dashboard.readmodels import demo_progress
+from simulator.management.commands.zoekt_demo_drive import (
+    IDLE_CHECK_SECONDS,
+    DemoDriver,
+    Phase,
+    clock_text,
+    run_scheduling_pass,
+)
 from tests.factories import (
     EnabledNamespaceFactory,
     IndexFactory,
@@ -22,15 +30,7 @@ from tests.factories import (
     RepositoryFactory,
 )
 from zoekt import app_settings, clock
-from zoekt.management.commands.zoekt_demo_drive import (
-    IDLE_CHECK_SECONDS,
-    DemoDriver,
-    Phase,
-    clock_text,
-    run_scheduling_pass,
-)
 from zoekt.models import Index, Replica, Repository
-from zoekt.readmodels import demo_progress
 from zoekt.scheduling.service import TASKS
 
 pytestmark = pytest.mark.django_db

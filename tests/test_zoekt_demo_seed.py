@@ -8,12 +8,12 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 
-from zoekt import app_settings
-from zoekt.management.commands.zoekt_demo_seed import (
+from simulator.management.commands.zoekt_demo_seed import (
     DEMO_MEMORY_BUDGET_GIB,
     build_catalog,
     index_sizes,
 )
+from zoekt import app_settings
 from zoekt.models import (
     EnabledNamespace,
     Namespace,

@@ -7,13 +7,13 @@ import urllib.request
 
 import pytest
 
-from tests.factories import EnabledNamespaceFactory, IndexFactory, NodeFactory, ReplicaFactory
-from zoekt.management.commands.zoekt_demo_traffic import (
+from simulator.management.commands.zoekt_demo_traffic import (
     TrafficCounts,
     TrafficLoop,
     enabled_namespace_ids,
     prometheus_counters,
 )
+from tests.factories import EnabledNamespaceFactory, IndexFactory, NodeFactory, ReplicaFactory
 from zoekt.models import Index, Replica
 
 

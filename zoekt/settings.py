@@ -128,6 +128,9 @@ INSTALLED_APPS = [
     "zoekt",
     "planner",
     "api",
+    # The read side, then the demo's commands (nothing in the product imports either).
+    "dashboard",
+    "simulator",
 ]
 
 MIDDLEWARE = [

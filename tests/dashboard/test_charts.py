@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from zoekt import charts
+from dashboard import charts
 
 GIB = 1024**3
 LIMITS = (0.60, 0.75, 0.85)

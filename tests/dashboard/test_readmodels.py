@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from dashboard import readmodels
 from tests.dashboard.builders import build_fleet
 from tests.factories import IndexFactory
-from zoekt import readmodels
 from zoekt.capacity import NodeWatermark
 from zoekt.models import EnabledNamespace, Index, Node, Replica
 from zoekt.search_targets import search_targets

@@ -10,9 +10,9 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
+from dashboard.management.commands import zoekt_info
 from tests.factories import TaskFactory
 from tests.memory.helpers import GIB, enabled_group, node, placed, set_setting
-from zoekt.management.commands import zoekt_info
 from zoekt.models import Index
 
 pytestmark = pytest.mark.django_db

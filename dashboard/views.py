@@ -2,10 +2,10 @@
 
 ``/admin/dashboard/`` (the fleet), ``.../plans/`` and ``.../plans/<id>/``
 (recent rollout plans), ``.../namespaces/`` and ``.../namespaces/<root id>/``.
-Each view reads one function of ``zoekt.readmodels`` (a fixed number of
+Each view reads one function of ``dashboard.readmodels`` (a fixed number of
 queries) and renders a template under ``templates/zoekt/dashboard/`` that
 extends the admin's ``base_site.html``; charts are inline SVG drawn by
-``zoekt.charts``, so nothing is fetched at run time. ``admin_view`` wraps
+``dashboard.charts``, so nothing is fetched at run time. ``admin_view`` wraps
 every view: anonymous users are sent to the admin login, non-staff refused.
 """
 
@@ -19,7 +19,7 @@ from django.template.response import TemplateResponse
 from django.urls import path
 from django.utils.safestring import SafeString
 
-from zoekt import charts, readmodels
+from dashboard import charts, readmodels
 from zoekt.admin import human_bytes
 
 PAGES = (

@@ -33,6 +33,7 @@ from typing import Any
 from django.core.paginator import Page, Paginator
 from django.db.models import Count, Exists, OuterRef, Q
 
+from planner.models import RolloutPlan
 from zoekt import app_settings, capacity, clock, memory, search_health
 from zoekt.capacity import NodeWatermark
 from zoekt.models import (
@@ -581,8 +582,6 @@ class PlanRow:
 
 def recent_plans(limit: int = 50) -> list[PlanRow]:
     """The newest rollout plans, without their plan and explanation bodies (one query)."""
-    from planner.models import RolloutPlan
-
     return [
         PlanRow(**row)
         for row in RolloutPlan.objects.order_by("-id").values(
@@ -666,8 +665,6 @@ def plan_detail(
 
     Queries: the plan row (1) and the page's root namespace paths (1).
     """
-    from planner.models import RolloutPlan
-
     row = RolloutPlan.objects.filter(id=plan_id).first()
     if row is None:
         return None

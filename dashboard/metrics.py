@@ -1,6 +1,6 @@
 """Prometheus ``/metrics``: the fleet read from the database at scrape time.
 
-A custom collector (``FleetCollector``) reads ``zoekt.readmodels.fleet_overview``
+A custom collector (``FleetCollector``) reads ``dashboard.readmodels.fleet_overview``
 plus four grouped counts on every scrape and yields gauges; nothing is kept
 in the process, so every web replica answers the same and no background job
 is needed. The cost is a fixed number of queries whatever the fleet size
@@ -34,7 +34,9 @@ from prometheus_client.core import (
 )
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from zoekt import clock, jobmetrics, nodeapimetrics, readmodels
+from dashboard import readmodels
+from planner.models import RolloutPlan
+from zoekt import clock, jobmetrics, nodeapimetrics
 from zoekt.logging import get_logger
 from zoekt.models import Index, Repository
 
@@ -250,8 +252,6 @@ class FleetCollector:
 
     def _rollout_plan(self) -> Iterator[Metric]:
         """The last rollout's phases and bounds, from its kept plan (one query)."""
-        from planner.models import RolloutPlan
-
         row = RolloutPlan.objects.filter(dry_run=False).only("created_at", "summary").first()
         if row is None:
             return

@@ -1,0 +1,15 @@
+"""The dashboard's routes: its pages inside the admin, and the Prometheus exposition.
+
+``zoekt.urls`` mounts these before the admin, so the admin's catch-all does
+not take ``admin/dashboard/``. The URL names are the ones the templates and
+the admin's index reverse.
+"""
+
+from django.urls import include, path
+
+from dashboard import metrics, views
+
+urlpatterns = [
+    path("admin/dashboard/", include(views.urls())),
+    path("metrics", metrics.metrics, name="metrics"),
+]
