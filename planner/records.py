@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from django.db import transaction
 
@@ -36,9 +36,25 @@ from zoekt.logging import get_logger
 if TYPE_CHECKING:
     from planner.models import RolloutPlan
     from planner.plan import Plan
-    from planner.rollout import RolloutResult
+    from planner.selection import ResourcePool
 
 log = get_logger(__name__)
+
+
+class RolloutRun(Protocol):
+    """What a plan record is written from: one rollout run, as ``planner.rollout`` reports it.
+
+    ``RolloutResult`` has these attributes; this module reads nothing else of
+    it, so the record never imports the rollout service that calls it.
+    """
+
+    dry_run: bool
+    plan: Plan | None
+    pool: ResourcePool | None
+    scenario: dict[str, Any] | None
+    #: Seconds per phase so far.
+    seconds: dict[str, float]
+
 
 #: Rows kept: the newest ``KEEP`` plans, dry runs included.
 KEEP = 50
@@ -50,7 +66,7 @@ DECISIONS_PER_NAMESPACE = 20
 USABLE_NOT_CHOSEN = "usable_not_chosen"
 
 
-def record_rollout_plan(result: RolloutResult) -> RolloutPlan | None:
+def record_rollout_plan(result: RolloutRun) -> RolloutPlan | None:
     """Store ``result``'s plan as a ``RolloutPlan`` row and prune; None when nothing was stored."""
     if result.plan is None:
         return None
@@ -64,7 +80,7 @@ def record_rollout_plan(result: RolloutResult) -> RolloutPlan | None:
         return None
 
 
-def _create(result: RolloutResult) -> RolloutPlan:
+def _create(result: RolloutRun) -> RolloutPlan:
     from planner.models import RolloutPlan
 
     plan = result.plan
@@ -94,7 +110,7 @@ def prune(keep: int = KEEP) -> int:
 
 
 def summary(
-    result: RolloutResult, plan_dict: dict[str, Any], explanation: list | None
+    result: RolloutRun, plan_dict: dict[str, Any], explanation: list | None
 ) -> dict[str, Any]:
     plan = result.plan
     scenario = result.scenario or {}
@@ -138,7 +154,7 @@ def summary(
     }
 
 
-def node_names(result: RolloutResult, plan_dict: dict[str, Any]) -> dict[int, str | None]:
+def node_names(result: RolloutRun, plan_dict: dict[str, Any]) -> dict[int, str | None]:
     """Each candidate's name (its metadata ``name``), else the plan's; None when it has none."""
     names: dict[int, str | None] = {}
     for node in plan_dict.get("nodes") or ():

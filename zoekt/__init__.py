@@ -6,7 +6,13 @@ that planning reads (``models``), the named queries and capacity arithmetic
 over them (``querysets``, ``capacity``), the application-settings row and its
 accessor (``app_settings``), the node metadata schema (``metadata_schema``),
 the one clock (``clock``), advisory-lock keys (``locks``), stable reason codes
-(``reasons``), state changes (``actions``) and the periodic jobs (``tasks``).
+(``reasons``), state changes (``actions``), the after-commit enqueues they
+start jobs through (``hooks``) and the periodic jobs (``tasks``).
+
+Nothing here imports the other apps (``planner``, ``eviction``, ``api``,
+``dashboard``, ``simulator``) except the wiring that connects them
+(``settings``, ``urls``, ``wsgi``, ``celery``); ``tests/test_layering.py``
+checks it.
 """
 
 from .celery import app as celery_app

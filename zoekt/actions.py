@@ -18,7 +18,7 @@ from django.db import connection, transaction
 from django.db.models import Case, DateTimeField, F, Q, Value, When
 from django.db.models.functions import Greatest
 
-from zoekt import capacity, clock, locks
+from zoekt import capacity, clock, hooks, locks
 from zoekt.logging import get_logger
 from zoekt.models import Index, Node, Replica, Repository, Task
 
@@ -338,9 +338,7 @@ def _apply_failure(task: Task, now) -> CallbackOutcome:
         )
         return CallbackOutcome("retry_scheduled", task.id)
     Task.objects.filter(id=task.id).update(state=Task.State.FAILED, retries_left=0, updated_at=now)
-    from zoekt.tasks import handle_task_failed_task
-
-    handle_task_failed_task.delay_on_commit(task.id)
+    hooks.handle_task_failed_on_commit(task.id)
     return CallbackOutcome("failed", task.id)
 
 

@@ -16,6 +16,7 @@ import math
 import re
 import time
 
+from django.apps import apps
 from django.conf import settings as django_settings
 from django.core.cache import cache
 from django.core.exceptions import ValidationError
@@ -129,10 +130,14 @@ def from_row(row) -> ZoektSettings:
 
 
 def load_row():
-    """The settings row, created with GitLab's defaults the first time it is read."""
-    from zoekt.models import ApplicationSetting
+    """The settings row, created with GitLab's defaults the first time it is read.
 
-    row, _ = ApplicationSetting.objects.get_or_create(id=1)
+    The model comes from the app registry, not an import: ``zoekt.models``
+    validates the row with this module (``ApplicationSetting.clean``) and its
+    querysets read the settings through it, so this module never imports the
+    models back.
+    """
+    row, _ = apps.get_model("zoekt", "ApplicationSetting").objects.get_or_create(id=1)
     return row
 
 

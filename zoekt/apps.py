@@ -7,4 +7,7 @@ class ZoektConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from zoekt import app_settings  # noqa: F401  (connects the cache-invalidation signals)
+        # The settings' cache-invalidation signals, and the domain's Celery tasks,
+        # registered by name for the after-commit enqueues of zoekt.hooks.
+        from zoekt import app_settings, tasks  # noqa: F401
+        from zoekt.scheduling import tasks as scheduling_tasks  # noqa: F401

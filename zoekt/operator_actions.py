@@ -22,7 +22,7 @@ from django.conf import settings as django_settings
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Exists, OuterRef, Q, Subquery
 
-from zoekt import clock
+from zoekt import clock, hooks
 from zoekt.locks import LockKey, advisory_xact_lock
 from zoekt.logging import get_logger
 from zoekt.models import (
@@ -123,14 +123,10 @@ def _namespace_by_full_path(full_path: str) -> Namespace | None:
 
 def do_enqueue_project_index(project_id: int) -> str:
     """Queue an ``index_repo`` for the project after commit; returns the Celery job id."""
-    from zoekt.scheduling.tasks import index_project_task
-
     if not Project.objects.filter(pk=project_id).exists():
         raise ObjectNotFound("project_id", f"Project {project_id} not found.")
     job_id = celery_uuid()
-    # delay_on_commit cannot choose the task id, which GitLab's reply needs;
-    # apply_async_on_commit is the same after-commit enqueue with that option.
-    index_project_task.apply_async_on_commit((project_id,), task_id=job_id)
+    hooks.index_project_on_commit(project_id, job_id)
     return job_id
 
 
