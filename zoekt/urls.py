@@ -5,11 +5,14 @@ The project's wiring: the other apps' routes are included by name.
 
 from django.contrib import admin
 from django.urls import include, path
+from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView
 
 from zoekt import views
 
 urlpatterns = [
+    # The site's root (the admin's "View site" link) is the dashboard.
+    path("", RedirectView.as_view(pattern_name="dashboard-fleet"), name="home"),
     # Before admin/ so the admin's catch-all does not take admin/dashboard/.
     path("", include("dashboard.urls")),
     path("admin/", admin.site.urls),
