@@ -38,6 +38,11 @@ repositories held. Two optional hooks of ``FakeNodeConfig`` replace them (see
 a delay, injected spikes) and ``namespace_memory`` (a ``NamespaceMemoryModel``:
 RSS from shards loaded and the hotness of the namespaces held).
 
+Tasks are instant by default. With ``indexing_bytes_per_second`` set, the
+deterministic ``step()`` mode gives them time on the node's clock (a replay's
+simulated one): an index task takes its index bytes ÷ that rate, a delete a
+small fixed time, ``concurrency`` at a time with the rest in a FIFO queue.
+
 Nothing here imports Django or the rest of the project: only the standard
 library and PyJWT. Run ``python -m simulator.fakenode --help`` for the CLI.
 """
@@ -49,6 +54,7 @@ import collections
 import contextlib
 import dataclasses
 import hashlib
+import heapq
 import http.client
 import json
 import math
@@ -211,6 +217,15 @@ class FakeNodeConfig:
     persist_holdings: bool = True
     holdings_save_interval: float = 1.0
     log: Callable[[dict], None] | None = None
+    # Task time in ``step()`` mode. None: a task completes within the step that accepted it
+    # (instant). A rate: an index task takes ``task_delay`` + its index bytes ÷ this many
+    # seconds, a delete ``delete_task_seconds``, at most ``concurrency`` at a time (the rest
+    # wait in a FIFO queue), measured on ``clock``; each completes (and calls back) at the
+    # first ``step()`` at or after its end.
+    indexing_bytes_per_second: float | None = None
+    delete_task_seconds: float = 1.0
+    # Seconds for the task timing above; None: the disk model's clock, else time.monotonic.
+    clock: Callable[[], float] | None = None
     # Where requests go: None is HTTP to ``base_url``. A replay passes an object with
     # ``post_json(path, body, headers) -> (status, parsed body)`` and ``close()`` that calls
     # the application in the same process (``simulator.replay``); it raises
@@ -229,6 +244,10 @@ class FakeNodeConfig:
             raise ValueError("a secret or a secret_file is needed to sign requests")
         if self.holdings_save_interval < 0:
             raise ValueError("holdings_save_interval must be >= 0 seconds")
+        if self.indexing_bytes_per_second is not None and self.indexing_bytes_per_second <= 0:
+            raise ValueError("indexing_bytes_per_second must be > 0 (or None: instant)")
+        if self.delete_task_seconds < 0:
+            raise ValueError("delete_task_seconds must be >= 0")
 
     def resolved_secret(self) -> str:
         if self.secret is not None:
@@ -366,6 +385,10 @@ class Job:
     generation: int
     after: threading.Event | None = None
     done: threading.Event = dataclasses.field(default_factory=threading.Event)
+    # Timed step mode: when it was accepted, started and is due to end (the node's clock).
+    accepted_at: float = 0.0
+    started_at: float | None = None
+    ends_at: float | None = None
 
 
 @dataclasses.dataclass
@@ -421,6 +444,14 @@ class FakeNode:
         self._reported: collections.OrderedDict[int, tuple[bool, float]] = collections.OrderedDict()
         self._outbox: collections.OrderedDict[int, tuple[Job, dict]] = collections.OrderedDict()
         self._repo_tail: dict[int, threading.Event] = {}
+        # Timed step mode: accepted tasks waiting for a slot (FIFO), the running ones as a
+        # heap of (ends at, order, job), the times the free slots became free, and when
+        # each repository's last task ended.
+        self._queue: collections.deque[Job] = collections.deque()
+        self._timed_running: list[tuple[float, int, Job]] = []
+        self._free_slots: list[float] = [float("-inf")] * config.concurrency
+        self._repo_ended_at: dict[int, float] = {}
+        self._job_order = 0
         self._running_count = 0
         self._generation = 0
         self._started_at: float | None = None
@@ -792,6 +823,7 @@ class FakeNode:
             succeed=succeed,
             generation=self._generation,
             after=self._repo_tail.get(repo_id),
+            accepted_at=self.now() if self.timed else 0.0,
         )
         # Tasks for one repository run one after another, in the order they were handed out.
         self._repo_tail[repo_id] = job.done
@@ -918,19 +950,92 @@ class FakeNode:
     # --- running ------------------------------------------------------------
 
     def step(self) -> StepResult:
-        """One deterministic iteration: redeliver, heartbeat, run the tasks in order, call back."""
+        """One deterministic iteration: redeliver, heartbeat, run the tasks in order, call back.
+
+        With ``indexing_bytes_per_second`` set (timed), the tasks that ended by
+        now on the node's clock call back first, then the heartbeat; accepted
+        tasks join the queue and start as slots free up, at the time the slot
+        freed (so a slot does not idle until the next step).
+        """
         if self.running:
             raise RuntimeError("step() drives a node that is not running in its own thread")
         if self._stop.is_set():
             self._stop = threading.Event()
         callbacks = self.flush_outbox()
-        outcome = self.heartbeat()
-        for job in outcome.accepted:
-            result = self.execute(job)
-            if result is not None:
-                callbacks.append(result)
+        if self.timed:
+            callbacks.extend(self._advance())
+            outcome = self.heartbeat()
+            self._queue.extend(outcome.accepted)
+            callbacks.extend(self._advance())
+        else:
+            outcome = self.heartbeat()
+            for job in outcome.accepted:
+                result = self.execute(job)
+                if result is not None:
+                    callbacks.append(result)
         self.save_holdings()
         return StepResult(heartbeat=outcome, callbacks=callbacks)
+
+    # --- task time (timed step mode) ------------------------------------------
+
+    @property
+    def timed(self) -> bool:
+        return self.config.indexing_bytes_per_second is not None
+
+    def now(self) -> float:
+        """Seconds on the node's clock (the task timing's)."""
+        clock = self.config.clock
+        if clock is None and self.config.disk_model is not None:
+            clock = self.config.disk_model.clock
+        return (clock or time.monotonic)()
+
+    def task_seconds(self, job: Job) -> float:
+        """How long ``job`` runs: bytes ÷ rate for an index task, a fixed time for a delete."""
+        if job.name == "index" and not job.payload.get("MissingRepo"):
+            size = int(self.config.index_size(job.repo_id))
+            return job.delay + size / float(self.config.indexing_bytes_per_second)
+        return job.delay + self.config.delete_task_seconds
+
+    @property
+    def queued_tasks(self) -> int:
+        """Accepted tasks waiting for a slot (timed step mode)."""
+        with self._lock:
+            return len(self._queue)
+
+    def _advance(self) -> list[CallbackOutcome]:
+        """Start queued tasks in free slots and finish those that ended by now, in time order."""
+        now = self.now()
+        callbacks: list[CallbackOutcome] = []
+        while True:
+            self._start_queued(now)
+            if not self._timed_running or self._timed_running[0][0] > now:
+                break
+            ends_at, _, job = heapq.heappop(self._timed_running)
+            heapq.heappush(self._free_slots, ends_at)
+            self._running_count = len(self._timed_running)
+            body = self._apply(job)
+            self._repo_ended_at[job.repo_id] = ends_at
+            callbacks.append(self._deliver(job, body))
+        return callbacks
+
+    def _start_queued(self, now: float) -> None:
+        """Fill the free slots from the queue: first come first served, a repository's
+        tasks one after another (a task whose predecessor still runs waits its turn)."""
+        with self._lock:
+            while self._free_slots and self._queue:
+                job = next((j for j in self._queue if j.after is None or j.after.is_set()), None)
+                if job is None:
+                    return
+                self._queue.remove(job)
+                free_at = heapq.heappop(self._free_slots)
+                start = max(free_at, job.accepted_at)
+                if job.after is not None:
+                    start = max(start, self._repo_ended_at.get(job.repo_id, start))
+                job.started_at = min(start, now)
+                job.ends_at = job.started_at + self.task_seconds(job)
+                self._job_order += 1
+                heapq.heappush(self._timed_running, (job.ends_at, self._job_order, job))
+                self._running_count = len(self._timed_running)
 
     @property
     def running(self) -> bool:
@@ -982,6 +1087,10 @@ class FakeNode:
         with self._lock:
             for job in list(self._inflight.values()):
                 self._abandon(job)
+            self._queue.clear()
+            self._timed_running.clear()
+            self._free_slots = [float("-inf")] * self.config.concurrency
+            self._running_count = 0
         self.save_holdings(force=True)
         self._http.close()
 

@@ -6,7 +6,8 @@ returning seconds, ``time.monotonic`` by default), so tests step it by hand.
 * ``DiskModel``: indexing a repository takes its index size on disk; deleting
   it frees the bytes only ``free_delay`` seconds later (a node removes shard
   files lazily); transient spikes (extra used bytes, e.g. a merge or a
-  temporary clone) can be injected and clear after their duration.
+  temporary clone) can be injected, growing linearly over a ramp if asked,
+  and clear after their duration.
 * ``NamespaceMemoryModel``: the webserver's RSS is ``per_shard_base_bytes`` ×
   the shards loaded plus, over the namespaces held, their index bytes × their
   hotness factor. Hotness follows a Zipf distribution (``zipf_weights``,
@@ -48,7 +49,7 @@ class DiskModel:
         self._lock = threading.Lock()
         self._held: dict[int, int] = {}
         self._pending: list[tuple[float, int]] = []  # (freed at, bytes)
-        self._spikes: list[tuple[float, int]] = []  # (clears at, bytes)
+        self._spikes: list[tuple[float, float, float, int]] = []  # (start, ramp, clears, bytes)
 
     def index(self, repo_id: int, size_bytes: int) -> None:
         """The repository's index now takes ``size_bytes``."""
@@ -77,12 +78,18 @@ class DiskModel:
                 self._free_later(total)
             return total
 
-    def inject_spike(self, extra_bytes: int, duration: float) -> None:
-        """``extra_bytes`` more used for ``duration`` seconds from now."""
-        if extra_bytes < 0 or duration < 0:
-            raise ValueError("a spike needs extra_bytes >= 0 and duration >= 0")
+    def inject_spike(self, extra_bytes: int, duration: float, *, ramp: float = 0.0) -> None:
+        """``extra_bytes`` more used for ``duration`` seconds from now.
+
+        With ``ramp`` the bytes grow linearly from 0 over the first ``ramp``
+        seconds (temporary files written over hours), then stay until the
+        spike clears, all at once, ``duration`` seconds after it started.
+        """
+        if extra_bytes < 0 or duration < 0 or ramp < 0:
+            raise ValueError("a spike needs extra_bytes, duration and ramp >= 0")
         with self._lock:
-            self._spikes.append((self.clock() + duration, int(extra_bytes)))
+            start = self.clock()
+            self._spikes.append((start, float(ramp), start + duration, int(extra_bytes)))
 
     def _free_later(self, size: int) -> None:
         self._pending.append((self.clock() + self.free_delay, size))
@@ -90,7 +97,15 @@ class DiskModel:
     def _expire(self) -> None:
         now = self.clock()
         self._pending = [(due, size) for due, size in self._pending if due > now]
-        self._spikes = [(until, size) for until, size in self._spikes if until > now]
+        self._spikes = [spike for spike in self._spikes if spike[2] > now]
+
+    def _spiked(self) -> int:
+        now = self.clock()
+        total = 0
+        for start, ramp, _, size in self._spikes:
+            share = 1.0 if ramp <= 0 else min(max((now - start) / ramp, 0.0), 1.0)
+            total += int(size * share)
+        return total
 
     def held(self) -> dict[int, int]:
         with self._lock:
@@ -108,15 +123,13 @@ class DiskModel:
     def spike_bytes(self) -> int:
         with self._lock:
             self._expire()
-            return sum(size for _, size in self._spikes)
+            return self._spiked()
 
     def used_bytes(self) -> int:
         with self._lock:
             self._expire()
             return (
-                sum(self._held.values())
-                + sum(size for _, size in self._pending)
-                + sum(size for _, size in self._spikes)
+                sum(self._held.values()) + sum(size for _, size in self._pending) + self._spiked()
             )
 
 

@@ -22,9 +22,17 @@ between the nodes and the database:
   the real ``zoekt.search_targets`` (``search_targets_many``: every
   namespace's answer at that instant); a search with no target is dark.
 
-Tasks take no simulated time: a node runs what a heartbeat hands it before
-the next tick. The replay's times are therefore the control plane's own:
-detection, planning, hand-out and state changes.
+By default tasks take no simulated time: a node runs what a heartbeat hands
+it before the next tick, and the replay's times are the control plane's own
+(detection, planning, hand-out and state changes). With
+``indexing_bytes_per_second`` each node indexes at that rate per task,
+``node_concurrency`` tasks at a time with the rest queued (a delete takes
+``delete_task_seconds``), on the replay's clock, so the time a namespace
+waits for its index is measured too.
+
+The rollout re-enqueues itself while a batch came back full (GitLab's
+``RolloutWorker``); the replay runs those re-enqueued runs one after another
+in the same tick, rather than nested inside each other.
 
 Needs Django set up against a database the replay may write (a bench's
 scratch database, or a test database with ``transaction=True``).
@@ -41,6 +49,7 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 from simulator.fakenode import GIB, MIB, FakeNode, FakeNodeConfig, TransportError
 from simulator.models import DiskModel, NamespaceMemoryModel, generate_searches
@@ -49,6 +58,8 @@ START = datetime(2026, 1, 5, 9, 0, 0, tzinfo=UTC)
 ROLLOUT_PERIOD = 600
 SCHEDULING_PERIOD = 60
 HOURLY = 3600
+#: A rollout re-enqueued more often than this in one tick waits for its next period.
+MAX_ROLLOUT_RUNS_PER_TICK = 10_000
 
 
 class InProcessTransport:
@@ -166,6 +177,8 @@ class Replay:
         per_shard_base_bytes: int = 2 * MIB,
         free_delay: float = 300.0,
         node_concurrency: int = 50,
+        indexing_bytes_per_second: float | None = None,
+        delete_task_seconds: float = 1.0,
         start: datetime = START,
         seed: int = 0,
         state_dir: str | Path | None = None,
@@ -182,6 +195,8 @@ class Replay:
         self.per_shard_base_bytes = per_shard_base_bytes
         self.free_delay = free_delay
         self.node_concurrency = node_concurrency
+        self.indexing_bytes_per_second = indexing_bytes_per_second
+        self.delete_task_seconds = delete_task_seconds
         self.start = start
         self.seed = seed
         self._state_dir = state_dir
@@ -192,6 +207,7 @@ class Replay:
         self.events: list[tuple[float, str]] = []
         self.job_runs: collections.Counter = collections.Counter()
         self._last_traffic: float | None = None
+        self._rollout_again = False
         self._stack = contextlib.ExitStack()
 
     # --- set-up -------------------------------------------------------------------------
@@ -217,8 +233,28 @@ class Replay:
         if "127.0.0.1" not in settings.ALLOWED_HOSTS:
             settings.ALLOWED_HOSTS = [*settings.ALLOWED_HOSTS, "127.0.0.1"]
         stack.callback(self._stop_nodes)
+        # A rollout that asks to run again is run again by its beat job, not nested.
+        from planner.tasks import rollout_task
+
+        stack.enter_context(
+            mock.patch.object(rollout_task, "apply_async", self._rollout_re_enqueued)
+        )
         self.jobs = self.beat_jobs()
         return self
+
+    def _rollout_re_enqueued(self, *args, **kwargs) -> None:
+        self._rollout_again = True
+
+    def _rollout(self) -> Any:
+        from planner.tasks import rollout_task
+
+        runs = 0
+        while True:
+            self._rollout_again = False
+            result = rollout_task()
+            runs += 1
+            if not self._rollout_again or runs >= MAX_ROLLOUT_RUNS_PER_TICK:
+                return result
 
     def __exit__(self, *exc_info) -> None:
         self._stack.close()
@@ -229,7 +265,6 @@ class Replay:
 
     def beat_jobs(self) -> list[BeatJob]:
         """Beat's entries that shape a fleet, at their production periods."""
-        from planner.tasks import rollout_task
         from zoekt.scheduling.service import PERIODS, TASKS
         from zoekt.scheduling.tasks import run_scheduled_task
         from zoekt.tasks import calibrate_memory_ratio_task, refresh_buffer_factor_task
@@ -245,7 +280,7 @@ class Replay:
                     lambda name=name: run_scheduled_task(name, bypass_throttle=True),
                 )
             )
-        jobs.append(BeatJob("rollout", ROLLOUT_PERIOD, rollout_task))
+        jobs.append(BeatJob("rollout", ROLLOUT_PERIOD, self._rollout))
         jobs.append(BeatJob("calibrate_memory_ratio", HOURLY, calibrate_memory_ratio_task))
         return jobs
 
@@ -295,6 +330,9 @@ class Replay:
                 disk_total_bytes=disk_total_bytes,
                 disk_base_used_bytes=disk_base_used_bytes,
                 concurrency=self.node_concurrency,
+                indexing_bytes_per_second=self.indexing_bytes_per_second,
+                delete_task_seconds=self.delete_task_seconds,
+                clock=lambda: self.t,
                 seed=self.seed + len(self.nodes),
                 index_size=self.index_size,
                 disk_model=disk,
@@ -312,6 +350,11 @@ class Replay:
         node.alive = False
         node.stopped_at = self.t
         self.event(f"{name} stopped")
+
+    def spike(self, name: str, extra_bytes: int, duration: float, *, ramp: float = 0.0) -> None:
+        """Temporary data on a node's disk: ``extra_bytes`` growing over ``ramp`` seconds,
+        cleared ``duration`` seconds from now (``DiskModel.inject_spike``)."""
+        self.nodes[name].disk.inject_spike(extra_bytes, duration, ramp=ramp)
 
     def event(self, text: str) -> None:
         self.events.append((self.t, text))

@@ -182,3 +182,31 @@ def test_a_job_is_due_first_at_zero_then_each_period():
     job.last = 0
     assert not job.due(59)
     assert job.due(60)
+
+
+def test_with_an_indexing_rate_indexing_takes_simulated_time():
+    rate = 100 * 1024  # bytes a second per task
+    with make_replay(traffic={}, indexing_bytes_per_second=rate, node_concurrency=1) as replay:
+        start_fleet(replay)
+        assert replay.run(4 * 3600, until=lambda r: r.converged()) is True
+        # One task at a time per node: a node holding B bytes indexed for at least B / rate.
+        busiest = 0
+        for name, node in replay.nodes.items():
+            held = sum(repo.size_bytes for repo in node.fake.repos.values())
+            if not held:
+                continue
+            busiest = max(busiest, held)
+            disk = [(s.t, s.nodes[name].disk_used_bytes) for s in replay.samples]
+            first = next(t for t, used in disk if used > GIB)
+            full = next(t for t, used in disk if used == GIB + held)
+            # From the end of the first task to the end of the last: the others, one by one.
+            assert full - first >= (held - max(SIZES.values())) / rate - replay.tick_seconds
+        assert busiest and replay.t >= busiest / rate
+
+
+def test_a_rollout_that_re_enqueues_itself_runs_again_in_the_same_tick():
+    with make_replay(traffic={}) as replay:
+        start_fleet(replay, zoekt_rollout_batch_size=1)
+        replay.run(replay.tick_seconds)  # one tick: the rollout's first run
+        assert replay.job_runs["rollout"] == 1
+        assert EnabledNamespace.objects.filter(replicas__isnull=False).distinct().count() == 3
