@@ -17,7 +17,11 @@ GitLab's ``SelectionService``, at the database edge of the planner:
   order. While memory planning is on (the ``zoekt_node_memory_budget_bytes``
   setting is set), a node at or over the high memory watermark (observed
   webserver RSS ÷ its memory budget, ``zoekt.memory``) takes no new index:
-  it is left out of the candidates and listed in ``memory_excluded``.
+  it is left out of the candidates and listed in ``memory_excluded``. A node
+  in its eviction cooldown (``Node.eviction_cooldown_until`` in the future,
+  docs/eviction.md) takes no new index either: it is listed in
+  ``cooling_excluded`` (reason ``node_eviction_cooldown``), so a node that
+  just evicted is not handed its namespaces straight back.
 
 The two lists form the *resource pool* the loader turns into a scenario.
 The cost is two queries per 5,000 enabled namespaces walked plus one for the
@@ -96,6 +100,9 @@ class ResourcePool:
     #: Nodes otherwise available but over the high memory watermark (memory
     #: planning on only): ``(node id, RSS ÷ budget)``, by candidate order.
     memory_excluded: tuple[tuple[int, float], ...] = ()
+    #: Nodes otherwise available but cooling down after an eviction:
+    #: ``(node id, cooldown end)``, by candidate order.
+    cooling_excluded: tuple[tuple[int, datetime], ...] = ()
     #: Namespaces that needed work but were left out (GitLab's project limit), by id.
     skipped: tuple[SkippedNamespace, ...] = ()
 
@@ -115,6 +122,8 @@ class SelectionService:
         self.now = now or clock.now()
         #: Filled by ``nodes()``: the nodes left out for memory (see ``ResourcePool``).
         self.memory_excluded: list[tuple[int, float]] = []
+        #: Filled by ``nodes()``: the nodes left out for their eviction cooldown.
+        self.cooling_excluded: list[tuple[int, datetime]] = []
         #: Filled by ``namespaces()``: the namespaces left out (see ``ResourcePool``).
         self.skipped: list[SkippedNamespace] = []
 
@@ -125,6 +134,7 @@ class SelectionService:
             namespaces=namespaces,
             nodes=nodes,
             memory_excluded=tuple(self.memory_excluded),
+            cooling_excluded=tuple(self.cooling_excluded),
             skipped=tuple(self.skipped),
         )
 
@@ -199,12 +209,16 @@ class SelectionService:
         watermark are left out (and recorded in ``memory_excluded``).
         """
         rows = Node.objects.available_for_search_indexing(self.now).values_list(
-            "id", "annotated_unclaimed_storage_bytes", "metadata"
+            "id", "annotated_unclaimed_storage_bytes", "metadata", "eviction_cooldown_until"
         )
         configured = self.settings.node_memory_budget_bytes
         self.memory_excluded = []
+        self.cooling_excluded = []
         selected = []
-        for node_id, unclaimed, metadata in rows:
+        for node_id, unclaimed, metadata, cooldown_until in rows:
+            if cooldown_until is not None and cooldown_until > self.now:
+                self.cooling_excluded.append((node_id, cooldown_until))
+                continue
             metadata = metadata or {}
             if memory.excluded_from_placement(metadata, configured):
                 budget, _ = memory.memory_budget(metadata, configured)

@@ -44,6 +44,11 @@ GITLAB_DEFAULTS = {
     "max_restarts_15m": 1,
     # GitLab's SaaS-only node-level eviction, behind a setting here (off).
     "node_level_eviction_enabled": False,
+    # The eviction safeguards (docs/eviction.md): on, with GitLab's MR 264628 figures.
+    "node_eviction_safeguards": True,
+    "eviction_sustain_seconds": 8 * 3600,
+    "eviction_cooldown_seconds": 12 * 3600,
+    "eviction_order": "smallest_used_first",
     # Memory-aware planning (docs/memory.md): off until the budget is set.
     "memory_ratio": 0.5,
     "node_memory_budget_bytes": None,
@@ -289,6 +294,10 @@ INVALID_VALUES = [
     pytest.param("zoekt_indexing_timeout", "0", id="indexing-timeout-0"),
     pytest.param("zoekt_indexing_timeout", "", id="indexing-timeout-blank"),
     pytest.param("zoekt_indexing_timeout", "30", id="indexing-timeout-without-unit"),
+    pytest.param("zoekt_eviction_sustain_period", "0", id="sustain-period-0"),
+    pytest.param("zoekt_eviction_sustain_period", "8 hours", id="sustain-period-words"),
+    pytest.param("zoekt_eviction_cooldown", "", id="cooldown-blank"),
+    pytest.param("zoekt_eviction_order", "random", id="eviction-order-unknown"),
     pytest.param("zoekt_indexed_file_size_limit", "1TB", id="file-size-in-terabytes"),
     pytest.param("zoekt_indexed_file_size_limit", "", id="file-size-blank"),
     pytest.param("zoekt_indexed_file_size_limit", "1.5MB", id="file-size-fraction"),
@@ -316,6 +325,9 @@ VALID_VALUES = [
     pytest.param("zoekt_rollout_retry_interval", "0", id="retry-interval-0"),
     pytest.param("zoekt_rollout_retry_interval", "2d", id="retry-interval-days"),
     pytest.param("zoekt_indexing_timeout", "1h", id="indexing-timeout-hours"),
+    pytest.param("zoekt_eviction_sustain_period", "30m", id="sustain-period-minutes"),
+    pytest.param("zoekt_eviction_cooldown", "1d", id="cooldown-a-day"),
+    pytest.param("zoekt_eviction_order", "largest_that_fits", id="eviction-order-largest"),
     pytest.param("zoekt_indexed_file_size_limit", "2mb", id="file-size-lower-case"),
     pytest.param("zoekt_indexed_file_size_limit", "512KB", id="file-size-kilobytes"),
     pytest.param("zoekt_cpu_to_tasks_ratio", 0.5, id="cpu-to-tasks-ratio-a-half"),

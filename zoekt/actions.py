@@ -54,12 +54,13 @@ _UPSERT_NODE_SQL = """
 INSERT INTO zoekt_nodes AS n (
     uuid, index_base_url, search_base_url, last_seen_at, total_bytes, used_bytes,
     indexed_bytes, usable_storage_bytes, schema_version, services, metadata,
-    webserver_last_seen_at, created_at, updated_at
+    webserver_last_seen_at, high_watermark_exceeded_at, created_at, updated_at
 ) VALUES (
     %(uuid)s, %(index_base_url)s, %(search_base_url)s, %(now)s, %(total)s, %(used)s,
     COALESCE(%(indexed)s, 0), %(total)s - %(used)s + COALESCE(%(indexed)s, 0),
     COALESCE(%(schema_version)s, 0), COALESCE(%(services)s::smallint[], '{0}'),
     %(metadata)s::jsonb, CASE WHEN %(webserver_seen)s THEN %(now)s::timestamptz END,
+    CASE WHEN %(total)s > 0 AND %(used)s >= %(total)s * %(high)s THEN %(now)s::timestamptz END,
     %(now)s, %(now)s
 )
 ON CONFLICT (uuid) DO UPDATE SET
@@ -73,6 +74,15 @@ ON CONFLICT (uuid) DO UPDATE SET
     services = COALESCE(%(services)s::smallint[], n.services),
     metadata = n.metadata || EXCLUDED.metadata,
     webserver_last_seen_at = COALESCE(EXCLUDED.webserver_last_seen_at, n.webserver_last_seen_at),
+    -- The eviction sustain clock: started on a crossing of the high watermark,
+    -- kept through dips into the hysteresis band, reset below it.
+    high_watermark_exceeded_at = CASE
+        WHEN EXCLUDED.total_bytes > 0 AND EXCLUDED.used_bytes >= EXCLUDED.total_bytes * %(high)s
+            THEN COALESCE(n.high_watermark_exceeded_at, EXCLUDED.last_seen_at)
+        WHEN EXCLUDED.total_bytes <= 0
+            OR EXCLUDED.used_bytes < EXCLUDED.total_bytes * %(reset_below)s THEN NULL
+        ELSE n.high_watermark_exceeded_at
+    END,
     usable_storage_bytes = CASE
         WHEN n.usable_storage_bytes_locked_until > %(now)s THEN n.usable_storage_bytes
         ELSE EXCLUDED.total_bytes - EXCLUDED.used_bytes + COALESCE(%(indexed)s, n.indexed_bytes)
@@ -103,6 +113,9 @@ def do_record_heartbeat(node_uuid: uuid.UUID, data: dict) -> HeartbeatResult:
     case nothing is written (``saved`` is false) and the stored values stand.
     """
     now = clock.now()
+    high = capacity.watermark_limits(
+        bool(getattr(django_settings, "ZOEKT_DEVELOPMENT_WATERMARKS", False))
+    )[1]
     metadata = {"name": data["node.name"]}
     for key in ("task_count", "concurrency", "version"):
         if f"node.{key}" in data:
@@ -129,6 +142,8 @@ def do_record_heartbeat(node_uuid: uuid.UUID, data: dict) -> HeartbeatResult:
         "metadata": json.dumps(metadata),
         "webserver_seen": webserver_seen,
         "debounce_before": now - timedelta(seconds=capacity.DEBOUNCE_DELAY_SECONDS),
+        "high": high,
+        "reset_below": high - capacity.EVICTION_HYSTERESIS,
     }
     with connection.cursor() as cursor:
         cursor.execute(_UPSERT_NODE_SQL, params)
@@ -371,3 +386,29 @@ def do_handle_task_failed(task_id: int) -> dict:
         "handled": bool(updated),
         "repository_state": repo["state"] if repo else None,
     }
+
+
+@dataclasses.dataclass(frozen=True)
+class EvictedReplicas:
+    replicas_deleted: int
+    indices_evicted: int
+
+
+def do_evict_replicas(replica_ids: list[int], *, now=None) -> EvictedReplicas:
+    """Evict exactly these replicas: every index of theirs becomes ``evicted``, the rows go.
+
+    The one replica-eviction path (GitLab's IndexToEvictEventWorker tail, and
+    node-level eviction): the indices, now without a replica, are orphaned
+    and deleted by the scheduling jobs, their repositories deleted on the
+    nodes, and the rollout re-plans the namespace. Runs in the caller's
+    transaction (or its own).
+    """
+    if not replica_ids:
+        return EvictedReplicas(0, 0)
+    now = now or clock.now()
+    with transaction.atomic():
+        evicted = Index.objects.filter(zoekt_replica_id__in=replica_ids).update(
+            state=Index.State.EVICTED, updated_at=now
+        )
+        _, per_model = Replica.objects.filter(id__in=replica_ids).delete()
+    return EvictedReplicas(per_model.get(Replica._meta.label, 0), evicted)

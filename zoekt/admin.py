@@ -898,7 +898,18 @@ SETTINGS_FIELDSETS = (
                 "zoekt_indexing_timeout",
                 "zoekt_force_reindexing_percentage",
                 "zoekt_initial_indexing_limit",
+            )
+        },
+    ),
+    (
+        "Eviction",
+        {
+            "fields": (
                 "zoekt_node_level_eviction_enabled",
+                "zoekt_node_eviction_safeguards",
+                "zoekt_eviction_sustain_period",
+                "zoekt_eviction_cooldown",
+                "zoekt_eviction_order",
             )
         },
     ),

@@ -81,6 +81,11 @@ class ZoektSettings:
     #: Pending indices each online node starts per scheduling run (GitLab's default, 1).
     initial_indexing_limit: int = 1
     node_level_eviction_enabled: bool = False
+    # Eviction safeguards (docs/eviction.md).
+    node_eviction_safeguards: bool = True
+    eviction_sustain_seconds: int = 8 * 3600
+    eviction_cooldown_seconds: int = 12 * 3600
+    eviction_order: str = "smallest_used_first"
     # Memory-aware planning (docs/memory.md).
     memory_ratio: float = 0.5
     #: None (the default): memory planning is off and the plan is the disk-only plan.
@@ -123,6 +128,16 @@ def from_row(row) -> ZoektSettings:
         max_restarts_15m=row.zoekt_max_restarts_15m,
         initial_indexing_limit=row.zoekt_initial_indexing_limit,
         node_level_eviction_enabled=row.zoekt_node_level_eviction_enabled,
+        node_eviction_safeguards=row.zoekt_node_eviction_safeguards,
+        eviction_sustain_seconds=parse_duration(
+            row.zoekt_eviction_sustain_period, default="8h", zero_disables=False
+        )
+        or 8 * 3600,
+        eviction_cooldown_seconds=parse_duration(
+            row.zoekt_eviction_cooldown, default="12h", zero_disables=False
+        )
+        or 12 * 3600,
+        eviction_order=row.zoekt_eviction_order,
         memory_ratio=row.zoekt_memory_ratio,
         node_memory_budget_bytes=row.zoekt_node_memory_budget_bytes,
         memory_auto_calibration=row.zoekt_memory_auto_calibration,
@@ -205,6 +220,8 @@ def validate_setting_values(row) -> None:
         ("zoekt_lost_node_threshold", True),
         ("zoekt_rollout_retry_interval", True),
         ("zoekt_indexing_timeout", False),
+        ("zoekt_eviction_sustain_period", False),
+        ("zoekt_eviction_cooldown", False),
     ):
         text = (getattr(row, field) or "").strip()
         if zero_ok and text in {"", "0"}:

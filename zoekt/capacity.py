@@ -47,6 +47,13 @@ class NodeWatermark(enum.StrEnum):
     CRITICAL = "critical"
 
 
+#: The eviction sustain clock's hysteresis: a node's clock, started when its
+#: disk use reached the high watermark, keeps running while use stays above
+#: high − this, so a node hovering around 75 % does not restart it on every
+#: dip (docs/eviction.md). Eviction still needs use at or over high.
+EVICTION_HYSTERESIS = 0.05
+
+
 def watermark_limits(development: bool = False) -> tuple[float, float, float]:
     """(low, high, critical) node disk limits."""
     if development:

@@ -19,7 +19,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "zoekt.settings")
 
 app = Celery("zoekt")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks(["zoekt", "zoekt.scheduling", "planner"])
+app.autodiscover_tasks(["zoekt", "zoekt.scheduling", "planner", "eviction"])
 
 # Every job run is timed for /metrics (zoekt.jobmetrics).
 task_prerun.connect(jobmetrics.on_prerun, weak=False)

@@ -58,6 +58,8 @@ class LockKey(enum.IntEnum):
     EVENT_EVICT_OVERCOMMITTED_NODES = 34
     # Memory (zoekt.memory): the hourly auto-calibration of memory_ratio.
     CALIBRATE_MEMORY_RATIO = 35
+    # Eviction (eviction.tasks): node-level decisions, one run at a time.
+    EVICTION_NODE_LEVEL = 36
 
 
 @contextlib.contextmanager

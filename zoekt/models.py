@@ -238,6 +238,14 @@ class Node(ClockStampedModel):
     indexed_bytes = models.BigIntegerField(db_default=0, default=0)
     usable_storage_bytes = models.BigIntegerField(db_default=0, default=0)
     usable_storage_bytes_locked_until = models.DateTimeField(null=True, blank=True)
+    #: When the node's disk use last went to or over the high watermark and
+    #: stayed there (the eviction sustain clock, docs/eviction.md): set by the
+    #: heartbeat upsert on a crossing, cleared when use falls below the high
+    #: watermark minus the hysteresis. Not GitLab's (its MR 264628 keeps one).
+    high_watermark_exceeded_at = models.DateTimeField(null=True, blank=True)
+    #: Eviction cooldown: no eviction from the node and no new placement on it
+    #: before this (docs/eviction.md); cleared early once the evicted indices are gone.
+    eviction_cooldown_until = models.DateTimeField(null=True, blank=True)
     last_seen_at = models.DateTimeField(db_default=EPOCH, default=EPOCH, db_index=True)
     # When a heartbeat last relayed the webserver's process health (NULL: never).
     webserver_last_seen_at = models.DateTimeField(null=True, blank=True)
@@ -431,6 +439,10 @@ class EnabledNamespace(ClockStampedModel):
             .values_list("total", flat=True)
         )
         value = max(per_replica, default=0)
+        if value == 0 and self.metadata.get("last_used_storage_bytes"):
+            # Already evicted (its indices left their replica): keep what was
+            # recorded when it still had them, rather than overwrite it with 0.
+            return self.metadata["last_used_storage_bytes"]
         self.metadata = {**self.metadata, "last_used_storage_bytes": value}
         self.save(update_fields=["metadata", "updated_at"])
         return value
@@ -852,8 +864,41 @@ class ApplicationSetting(ClockStampedModel):
     zoekt_node_level_eviction_enabled = models.BooleanField(
         "Evict namespaces from nodes above the high disk watermark (legacy)",
         default=False,
-        help_text="GitLab's SaaS-only node-level eviction: every 5 minutes, nodes at 75 % disk "
-        "or more lose the replicas of their smallest namespaces until they are under 60 %.",
+        help_text="GitLab's SaaS-only node-level eviction, run here on every deployment: "
+        "every 5 minutes, nodes over the high disk watermark lose replicas until they are "
+        "under the low watermark (with the safeguards below unless they are off).",
+    )
+    zoekt_node_eviction_safeguards = models.BooleanField(
+        "Eviction safeguards",
+        default=True,
+        help_text="Sustain period, critical watermark, cooldown, sizing from the indices' used "
+        "bytes on the node, and only the replicas on that node (docs/eviction.md). Off gives "
+        "GitLab's legacy eviction, kept for comparison.",
+    )
+    zoekt_eviction_sustain_period = models.CharField(
+        "Evict only after the node stayed over the high watermark for",
+        max_length=32,
+        default="8h",
+        help_text="A duration such as 30m, 8h or 1d. Over the critical watermark a node is "
+        "evicted from at once.",
+    )
+    zoekt_eviction_cooldown = models.CharField(
+        "Longest cooldown after an eviction",
+        max_length=32,
+        default="12h",
+        help_text="After evicting from a node, no further eviction from it and no new placement "
+        "on it until the evicted indices are gone, or for at most this long.",
+    )
+    zoekt_eviction_order = models.CharField(
+        "Which indices to evict first",
+        max_length=32,
+        default="smallest_used_first",
+        choices=[
+            ("smallest_used_first", "Smallest used bytes first"),
+            ("largest_that_fits", "Largest that fits on another node"),
+        ],
+        help_text="Smallest first frees the node with the smallest namespaces; largest that fits "
+        "affects far fewer namespaces.",
     )
     # Memory-aware planning (docs/memory.md). Not GitLab settings: the memory issue's.
     zoekt_memory_ratio = models.FloatField(

@@ -130,6 +130,13 @@ class NodeQuerySet(models.QuerySet):
     def with_positive_unclaimed_storage_bytes(self) -> NodeQuerySet:
         return self.with_unclaimed_storage_bytes().filter(annotated_unclaimed_storage_bytes__gt=0)
 
+    def not_in_eviction_cooldown(self, now: datetime | None = None) -> NodeQuerySet:
+        """Nodes an eviction has not put in cooldown (or whose cooldown is over)."""
+        now = now or clock.now()
+        return self.filter(
+            Q(eviction_cooldown_until__isnull=True) | Q(eviction_cooldown_until__lte=now)
+        )
+
     def negative_unclaimed_storage_bytes(self) -> NodeQuerySet:
         return self.with_unclaimed_storage_bytes().filter(annotated_unclaimed_storage_bytes__lt=0)
 

@@ -44,6 +44,22 @@ class Reason(enum.StrEnum):
     CONDITION_NOT_MET = "condition_not_met"
     AUTO_INDEX_DISABLED = "auto_index_disabled"
     NODE_LEVEL_EVICTION_DISABLED = "node_level_eviction_disabled"
+    # Eviction decisions (eviction.policy): why a node was evicted from, or not
+    EVICTION_OVER_HIGH_WATERMARK = "eviction_over_high_watermark"
+    EVICTION_SUSTAINED_OVER_HIGH_WATERMARK = "eviction_sustained_over_high_watermark"
+    EVICTION_CRITICAL_WATERMARK = "eviction_critical_watermark"
+    EVICTION_SUSTAIN_NOT_REACHED = "eviction_sustain_not_reached"
+    EVICTION_NODE_COOLING_DOWN = "eviction_node_cooling_down"
+    EVICTION_NOTHING_ELIGIBLE = "eviction_nothing_eligible"
+    EVICTION_UNDER_HIGH_WATERMARK = "eviction_under_high_watermark"
+    EVICTION_INDEX_CRITICAL_WATERMARK = "eviction_index_critical_watermark"
+    EVICTION_NEGATIVE_UNCLAIMED_STORAGE = "eviction_negative_unclaimed_storage"
+    EVICTION_REPLICAS_DELETED = "eviction_replicas_deleted"
+    # Eviction cooldown (eviction.actions): why it ended
+    COOLDOWN_EVICTED_INDICES_GONE = "cooldown_evicted_indices_gone"
+    COOLDOWN_EXPIRED = "cooldown_expired"
+    # Rollout: why a node is not a candidate
+    NODE_EVICTION_COOLDOWN = "node_eviction_cooldown"
     LOST_NODE_HANDLING_DISABLED = "lost_node_handling_disabled"
     NO_LOST_NODES = "no_lost_nodes"
     NO_ONLINE_NODES = "no_online_nodes"

@@ -127,6 +127,7 @@ INSTALLED_APPS = [
     "django_celery_beat",
     "zoekt",
     "planner",
+    "eviction",
     "api",
     # The read side, then the demo's commands (nothing in the product imports either).
     "dashboard",

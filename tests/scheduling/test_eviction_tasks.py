@@ -7,6 +7,8 @@ from datetime import timedelta
 
 import pytest
 
+from eviction import actions as eviction
+from eviction.models import EvictionDecision
 from tests.factories import (
     GIB,
     EnabledNamespaceFactory,
@@ -59,10 +61,11 @@ def test_a_critical_index_outside_eviction_and_deletion_states_is_marked(
 def test_1000_critical_indices_are_marked_pending_eviction_per_event(now, count, marked):
     builders.indices(count, state=I.READY, watermark_level=CRITICAL)
 
-    result = handlers.mark_indices_pending_eviction()
+    eviction.run_index_watermark()
 
-    assert result["indices_marked_pending_eviction"] == marked
     assert Index.objects.filter(state=I.PENDING_EVICTION).count() == marked
+    applied = EvictionDecision.objects.filter(trigger="index_watermark", applied_at__isnull=False)
+    assert sum(len(row.index_ids) for row in applied) == marked
 
 
 # --- indices_to_evict_check ----------------------------------------------------------------
@@ -142,10 +145,25 @@ def test_node_level_eviction_is_off_by_default(service, now):
     assert Replica.objects.count() == 1
 
 
-def test_node_level_eviction_takes_the_smallest_namespaces_until_under_the_low_watermark(
-    service, now
-):
+def test_node_level_eviction_dispatches_its_job_when_a_node_is_over_high(service, dispatched, now):
     set_setting(zoekt_node_level_eviction_enabled=True)
+    hot = NodeFactory(total_bytes=100 * GIB, used_bytes=80 * GIB)
+    namespace_on(hot, 5 * GIB)
+
+    result = service().execute("eviction")
+
+    assert result == {
+        "task": "eviction",
+        "dispatched": ["evict_from_nodes"],
+        "nodes_over_high_watermark": 1,
+    }
+    assert dispatched.names == ["evict_from_nodes"]
+
+
+def test_legacy_node_level_eviction_takes_the_smallest_namespaces_until_under_the_low_watermark(
+    now,
+):
+    set_setting(zoekt_node_level_eviction_enabled=True, zoekt_node_eviction_safeguards=False)
     hot = NodeFactory(total_bytes=100 * GIB, used_bytes=80 * GIB)  # 80 % ≥ 75 %
     small = namespace_on(hot, 5 * GIB)  # 75 %: still ≥ 60 %
     crossing = namespace_on(hot, 16 * GIB)  # 59 %: crosses the line, taken
@@ -158,10 +176,12 @@ def test_node_level_eviction_takes_the_smallest_namespaces_until_under_the_low_w
         used_storage_bytes=7,
     )
 
-    result = service().execute("eviction")
+    result = eviction.run_node_level()
 
-    assert result["namespaces_evicted"] == 2
-    assert result["replicas_deleted"] == 3
+    assert result["namespaces_affected"] == 2
+    (decision,) = EvictionDecision.objects.all()
+    assert (decision.mode, decision.reason) == ("legacy", Reason.EVICTION_OVER_HIGH_WATERMARK)
+    assert decision.details["replicas_deleted"] == 3
     left = set(Replica.objects.values_list("zoekt_enabled_namespace_id", flat=True))
     assert left == {largest.id}
     small.refresh_from_db()
@@ -181,14 +201,14 @@ def test_node_level_eviction_takes_the_smallest_namespaces_until_under_the_low_w
     ],
 )
 def test_only_online_nodes_at_or_above_the_high_watermark_are_relieved(
-    service, now, used_gib, online, evicts
+    now, used_gib, online, evicts
 ):
-    set_setting(zoekt_node_level_eviction_enabled=True)
+    set_setting(zoekt_node_level_eviction_enabled=True, zoekt_node_eviction_safeguards=False)
     seen = now if online else now - timedelta(minutes=1)
     node = NodeFactory(total_bytes=100 * GIB, used_bytes=used_gib * GIB, last_seen_at=seen)
     namespace_on(node, 20 * GIB)
 
-    result = service().execute("eviction")
+    result = eviction.run_node_level()
 
     assert (Replica.objects.count() == 0) is evicts
     if not evicts:

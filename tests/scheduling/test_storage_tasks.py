@@ -8,13 +8,16 @@ from datetime import timedelta
 
 import pytest
 
+from eviction import actions as eviction
+from eviction import tasks as eviction_tasks
+from eviction.models import EvictionDecision
 from tests.factories import GIB, IndexFactory, NodeFactory, RepositoryFactory
 from tests.scheduling import builders
 from zoekt import app_settings, clock
 from zoekt.clock import EPOCH
 from zoekt.models import Index, Node
 from zoekt.reasons import Reason
-from zoekt.scheduling import events, handlers
+from zoekt.scheduling import handlers
 
 pytestmark = pytest.mark.django_db
 
@@ -259,9 +262,10 @@ def test_the_walk_does_nothing_while_indexing_is_disabled_or_paused(settings, re
     node = overcommitted_node(10 * GIB, 10 * GIB, 10 * GIB)  # 20 GiB short
     before = list(Index.objects.order_by("id").values_list("id", "state", "updated_at"))
 
-    result = handlers.evict_overcommitted_nodes([node.id])
+    result = legacy_walk([node.id])
 
-    assert result == {"skipped": reason, "nodes_listed": 1, "re_emit": False}
+    assert (result["skipped"], result["nodes_listed"]) == (reason, 1)
+    assert result["indices_marked_pending_eviction"] == 0
     assert list(Index.objects.order_by("id").values_list("id", "state", "updated_at")) == before
 
 
@@ -283,16 +287,27 @@ def test_the_negative_unclaimed_storage_event_does_nothing_while_indexing_is_off
     node = overcommitted_node(10 * GIB, 10 * GIB, 10 * GIB)
     before = list(Index.objects.order_by("id").values_list("id", "state"))
 
-    result = events.evict_overcommitted_nodes_task([node.id])
+    result = eviction_tasks.evict_overcommitted_nodes_task([node.id])
 
     assert result["skipped"] == reason
     assert list(Index.objects.order_by("id").values_list("id", "state")) == before
 
 
 def test_the_negative_unclaimed_storage_event_walks_while_indexing_is_on(indexing_enabled, now):
+    set_setting(zoekt_node_eviction_safeguards=False)
     node = overcommitted_node(10 * GIB, 10 * GIB, 10 * GIB)
-    result = events.evict_overcommitted_nodes_task([node.id])
-    assert result["indices_marked_pending_eviction"] == 2
+    result = eviction_tasks.evict_overcommitted_nodes_task([node.id])
+    assert result["decisions_applied"] == 1
+    assert Index.objects.filter(state=I.PENDING_EVICTION).count() == 2
+
+
+def legacy_walk(node_ids: list[int]) -> dict:
+    """GitLab's negative-unclaimed walk: the eviction policy's legacy mode."""
+    set_setting(zoekt_node_eviction_safeguards=False)
+    result = eviction.run_negative_unclaimed(node_ids)
+    applied = EvictionDecision.objects.filter(applied_at__isnull=False)
+    marked = sum(row.details.get("indices_marked_pending_eviction", 0) for row in applied)
+    return {**result, "indices_marked_pending_eviction": marked}
 
 
 @pytest.mark.usefixtures("indexing_enabled")
@@ -300,7 +315,7 @@ def test_the_walk_marks_indices_in_id_order_until_the_shortfall_is_covered(now):
     node = overcommitted_node(10 * GIB, 10 * GIB, 10 * GIB)  # 20 GiB short
     first, second, third = Index.objects.filter(zoekt_node=node).order_by("id")
 
-    result = handlers.evict_overcommitted_nodes([node.id])
+    result = legacy_walk([node.id])
 
     states = dict(Index.objects.values_list("id", "state"))
     assert states == {first.id: I.PENDING_EVICTION, second.id: I.PENDING_EVICTION, third.id: 0}
@@ -313,7 +328,7 @@ def test_the_walk_skips_pending_eviction_but_not_evicted_or_orphaned_indices(now
     IndexFactory(zoekt_node=node, state=I.PENDING_EVICTION, reserved_storage_bytes=15 * GIB)
     evicted = IndexFactory(zoekt_node=node, state=I.EVICTED, reserved_storage_bytes=15 * GIB)
 
-    handlers.evict_overcommitted_nodes([node.id])
+    legacy_walk([node.id])
 
     assert Index.objects.get(pk=evicted.pk).state == I.PENDING_EVICTION
 
@@ -324,7 +339,7 @@ def test_the_walk_lists_at_most_1000_indices_of_a_node(now):
     Node.objects.filter(pk=node.pk).update(usable_storage_bytes=-1)  # negative, nothing to cover
     builders.indices(1_001, node, reserved_storage_bytes=0)
 
-    result = handlers.evict_overcommitted_nodes([node.id])
+    result = legacy_walk([node.id])
 
     assert result["indices_marked_pending_eviction"] == 1_000
     assert Index.objects.filter(state=I.PENDING_EVICTION).count() == 1_000
@@ -334,7 +349,7 @@ def test_the_walk_lists_at_most_1000_indices_of_a_node(now):
 def test_a_node_no_longer_negative_is_left_alone(now):
     node = overcommitted_node(4 * GIB)
     before = list(Index.objects.values_list("id", "state"))
-    assert handlers.evict_overcommitted_nodes([node.id])["nodes_negative"] == 0
+    assert legacy_walk([node.id])["nodes_negative"] == 0
     assert list(Index.objects.values_list("id", "state")) == before
 
 

@@ -140,16 +140,6 @@ def orphan_indices_task() -> dict:
     return _run("orphan_indices", handlers.orphan_indices, lock=LockKey.EVENT_ORPHAN_INDICES)
 
 
-@shared_task(name="zoekt.mark_indices_pending_eviction")
-def mark_indices_pending_eviction_task() -> dict:
-    """IndexMarkAsPendingEvictionEventWorker: mark 1,000 critical indices pending eviction."""
-    return _run(
-        "mark_indices_pending_eviction",
-        handlers.mark_indices_pending_eviction,
-        lock=LockKey.EVENT_MARK_INDICES_PENDING_EVICTION,
-    )
-
-
 @shared_task(name="zoekt.evict_indices")
 def evict_indices_task() -> dict:
     """IndexToEvictEventWorker: evict the replicas of 1,000 pending-eviction indices."""
@@ -194,21 +184,22 @@ def shrink_overprovisioned_indices_task() -> dict:
     )
 
 
-@shared_task(name="zoekt.evict_overcommitted_nodes")
-def evict_overcommitted_nodes_task(node_ids: list[int]) -> dict:
-    """NodeWithNegativeUnclaimedStorageEventWorker: up to 1,000 indices per listed node."""
-    return _run(
-        "evict_overcommitted_nodes",
-        lambda: handlers.evict_overcommitted_nodes(node_ids),
-        lock=LockKey.EVENT_EVICT_OVERCOMMITTED_NODES,
-    )
-
-
 @shared_task(name="zoekt.delete_lost_node")
 def delete_lost_node_task(node_id: int) -> dict:
     """LostNodeEventWorker: delete one lost node with its indices and repositories (6.7)."""
     return _run("delete_lost_node", lambda: handlers.delete_lost_node(node_id), node_id=node_id)
 
+
+#: Events whose jobs belong to the eviction package (``eviction.tasks``):
+#: dispatched by Celery task name, so nothing here imports it.
+EVICTION_EVENTS = {
+    "evict_from_nodes": "eviction.evict_from_nodes",
+    "mark_indices_pending_eviction": "eviction.mark_indices_pending_eviction",
+    "evict_overcommitted_nodes": "eviction.evict_overcommitted_nodes",
+}
+
+#: The shared runner of event jobs (skip while paused, lock, log one line).
+run_event = _run
 
 # Event name → Celery task; the names scheduled tasks dispatch.
 EVENTS = {
@@ -218,12 +209,10 @@ EVENTS = {
     "delete_repos": delete_repos_task,
     "orphan_repos": orphan_repos_task,
     "orphan_indices": orphan_indices_task,
-    "mark_indices_pending_eviction": mark_indices_pending_eviction_task,
     "evict_indices": evict_indices_task,
     "mark_indices_ready": mark_indices_ready_task,
     "delete_indices": delete_indices_task,
     "update_index_used_storage_bytes": update_index_used_storage_bytes_task,
     "shrink_overprovisioned_indices": shrink_overprovisioned_indices_task,
-    "evict_overcommitted_nodes": evict_overcommitted_nodes_task,
     "delete_lost_node": delete_lost_node_task,
 }

@@ -26,8 +26,8 @@ from typing import Any
 from django.db import connection, transaction
 from django.db.models import Exists, OuterRef, QuerySet
 
-from zoekt import app_settings, clock
-from zoekt.models import EnabledNamespace, Index, Namespace, Node, Replica, Repository, Task
+from zoekt import actions, app_settings, clock
+from zoekt.models import EnabledNamespace, Index, Namespace, Node, Repository, Task
 from zoekt.reasons import Reason
 from zoekt.scheduling.task_creation import create_bulk_tasks
 
@@ -288,17 +288,6 @@ def orphan_indices() -> Result:
     return {"indices_marked_orphaned": updated, "re_emit": False}
 
 
-def mark_indices_pending_eviction() -> Result:
-    """Mark up to 1,000 critical indices (not in an eviction or deletion state) pending eviction."""
-    updated = _set_state_in_batch(
-        Index,
-        lambda rows: rows.should_be_pending_eviction(),
-        PENDING_EVICTION_BATCH_SIZE,
-        Index.State.PENDING_EVICTION,
-    )
-    return {"indices_marked_pending_eviction": updated, "re_emit": False}
-
-
 def mark_indices_ready() -> Result:
     """Up to 1,000 initializing indices whose repositories are all ready or failed become ready.
 
@@ -330,18 +319,11 @@ def evict_indices() -> Result:
             .values_list("id", "zoekt_replica_id")[:INDEX_TO_EVICT_BATCH_SIZE]
         )
         replica_ids = sorted({replica_id for _, replica_id in rows if replica_id is not None})
-        evicted = 0
-        deleted = 0
-        if replica_ids:
-            evicted = Index.objects.filter(zoekt_replica_id__in=replica_ids).update(
-                state=Index.State.EVICTED, updated_at=now
-            )
-            _, per_model = Replica.objects.filter(id__in=replica_ids).delete()
-            deleted = per_model.get(Replica._meta.label, 0)
+        evicted = actions.do_evict_replicas(replica_ids, now=now)
     return {
         "pending_eviction_indices": len(rows),
-        "indices_evicted": evicted,
-        "replicas_deleted": deleted,
+        "indices_evicted": evicted.indices_evicted,
+        "replicas_deleted": evicted.replicas_deleted,
         "re_emit": False,
     }
 
@@ -459,72 +441,6 @@ def _refresh(ids: list[int], *, skip_used_storage_bytes: bool) -> int:
             continue  # deleted meanwhile
         refreshed += 1
     return refreshed
-
-
-def evict_overcommitted_nodes(node_ids: list[int]) -> Result:
-    """Mark indices of nodes with negative unclaimed storage pending eviction (6.5(c)).
-
-    For each listed search node that is still negative, its indices that are
-    not pending eviction are walked in id order, adding up their positive
-    reservations, until the total covers the shortfall or 1,000 are listed;
-    the listed ones become ``pending_eviction`` (GitLab's walk, which does not
-    skip evicted, orphaned or pending indices).
-
-    As GitLab's worker, it does nothing while indexing is disabled or paused:
-    an event enqueued before an operator turned indexing off or paused it
-    evicts nothing.
-    """
-    settings = app_settings.current()
-    if not settings.indexing_enabled or settings.indexing_paused:
-        reason = (
-            Reason.INDEXING_DISABLED if not settings.indexing_enabled else Reason.INDEXING_PAUSED
-        )
-        return {"skipped": reason, "nodes_listed": len(node_ids), "re_emit": False}
-    now = clock.now()
-    per_node = []
-    marked_total = 0
-    nodes = (
-        Node.objects.for_search()
-        .filter(id__in=node_ids)
-        .negative_unclaimed_storage_bytes()
-        .order_by("id")
-    )
-    for node in nodes:
-        shortfall = -node.annotated_unclaimed_storage_bytes
-        chosen: list[int] = []
-        covered = 0
-        candidates = (
-            Index.objects.filter(zoekt_node_id=node.id)
-            .exclude(state=Index.State.PENDING_EVICTION)
-            .order_by("id")
-            .values_list("id", "reserved_storage_bytes")[:NEGATIVE_UNCLAIMED_INDEX_LIMIT]
-        )
-        for index_id, reserved in candidates:
-            covered += max(reserved or 0, 0)
-            chosen.append(index_id)
-            if covered >= shortfall:
-                break
-        marked = (
-            Index.objects.filter(id__in=chosen)
-            .exclude(state=Index.State.PENDING_EVICTION)
-            .update(state=Index.State.PENDING_EVICTION, updated_at=now)
-        )
-        marked_total += marked
-        per_node.append(
-            {
-                "node_id": node.id,
-                "unclaimed_storage_bytes": -shortfall,
-                "indices_marked": marked,
-                "reserved_bytes_covered": covered,
-            }
-        )
-    return {
-        "nodes_listed": len(node_ids),
-        "nodes_negative": len(per_node),
-        "indices_marked_pending_eviction": marked_total,
-        "nodes": per_node,
-        "re_emit": False,
-    }
 
 
 # ----------------------------------------------------------------------------

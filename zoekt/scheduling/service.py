@@ -35,9 +35,9 @@ from django.db import connection
 from django.db.models import Exists, F, OuterRef, Window
 from django.db.models.functions import RowNumber
 
-from zoekt import actions, app_settings, capacity, clock
+from zoekt import actions, app_settings, clock
 from zoekt.logging import get_logger
-from zoekt.models import EnabledNamespace, Index, Namespace, Node, Replica, Repository
+from zoekt.models import Index, Namespace, Node, Repository
 from zoekt.reasons import Reason
 from zoekt.scheduling import handlers
 
@@ -80,7 +80,6 @@ AUTO_INDEX_BATCH_SIZE = 1_000
 # Pending indices per online node per run: the setting zoekt_initial_indexing_limit (default 1).
 NODE_PROCESSING_LIMIT = 100  # nodes per repo_to_reindex_check
 NEGATIVE_UNCLAIMED_NODE_BATCH_SIZE = 1_000
-EVICTION_SLICE_SIZE = 100
 
 THROTTLE_KEY_PREFIX = "zoekt:scheduling:throttle"
 
@@ -101,9 +100,15 @@ def acquire_period(task: str, period_seconds: int) -> bool:
 
 def enqueue_event(event: str, args: tuple) -> None:
     """Enqueue an event job after the current transaction commits (at once outside one)."""
+    from celery import current_app
+
     from zoekt.scheduling import events
 
-    events.EVENTS[event].delay_on_commit(*args)
+    if event in events.EVICTION_EVENTS:
+        task = current_app.tasks[events.EVICTION_EVENTS[event]]
+    else:
+        task = events.EVENTS[event]
+    task.delay_on_commit(*args)
 
 
 class SchedulingService:
@@ -180,73 +185,23 @@ class SchedulingService:
     def eviction(self) -> Result:
         """Node-level eviction (reference 6.5(a)), every 5 minutes when the setting is on.
 
-        For each online search node at or above the high disk watermark, the
-        root namespaces of its indices are taken smallest first (by GitLab
-        repository size from the root storage statistics, 0 when missing),
-        subtracting each from the node's used bytes until it is under the low
-        watermark (the namespace that crosses the line is taken). Those
-        namespaces' ``last_used_storage_bytes`` is recorded and every replica
-        of theirs is deleted, 100 namespaces at a time; their indices are then
-        orphaned and deleted, and the rollout re-plans them.
+        GitLab runs it on GitLab.com only; here on every deployment where
+        ``zoekt_node_level_eviction_enabled`` is on. The check is the
+        throttle and the setting; the decisions (safeguards or GitLab's
+        legacy rule) are the eviction package's event job
+        (``eviction.evict_from_nodes``, docs/eviction.md).
         """
         if not self.settings.node_level_eviction_enabled:
             return {"skipped": Reason.NODE_LEVEL_EVICTION_DISABLED}
         if self._throttled("eviction"):
             return self._throttled_result("eviction")
-        hot = list(
-            Node.objects.for_search().online(self.now).high_watermark_exceeded().order_by("id")
+        hot = (
+            Node.objects.for_search()
+            .online(self.now)
+            .high_watermark_exceeded(_development_watermarks())
+            .count()
         )
-        if not hot:
-            return {"skipped": Reason.CONDITION_NOT_MET, "nodes_over_high_watermark": 0}
-        low = capacity.watermark_limits(_development_watermarks())[0]
-        to_move: list[int] = []
-        per_node = []
-        for node in hot:
-            namespace_ids = set(
-                Index.objects.filter(zoekt_node=node).values_list("namespace_id", flat=True)
-            )
-            sizes = dict(
-                Namespace.objects.filter(id__in=namespace_ids).values_list(
-                    "id", "root_storage_statistics__repository_size"
-                )
-            )
-            ordered = sorted(namespace_ids, key=lambda nid: (sizes.get(nid) or 0, nid))
-            used = node.used_bytes
-            chosen = []
-            total = 0
-            for namespace_id in ordered:
-                if node.total_bytes and used / node.total_bytes < low:
-                    break
-                size = sizes.get(namespace_id) or 0
-                used -= size
-                total += size
-                chosen.append(namespace_id)
-            log.info(
-                "node_level_eviction_plan",
-                node_id=node.id,
-                node_name=node.name,
-                namespaces=len(chosen),
-                original_used_bytes=node.used_bytes,
-                expected_used_bytes=used,
-                total_namespace_size_bytes=total,
-                total_bytes=node.total_bytes,
-                storage_percent_used=round(node.storage_percent_used, 4),
-            )
-            per_node.append({"node_id": node.id, "namespaces": len(chosen)})
-            to_move.extend(n for n in chosen if n not in to_move)
-        replicas_deleted = 0
-        for start in range(0, len(to_move), EVICTION_SLICE_SIZE):
-            chunk = to_move[start : start + EVICTION_SLICE_SIZE]
-            for enabled in EnabledNamespace.objects.filter(root_namespace_id__in=chunk):
-                enabled.update_last_used_storage_bytes()
-            _, per_model = Replica.objects.filter(namespace_id__in=chunk).delete()
-            replicas_deleted += per_model.get(Replica._meta.label, 0)
-        return {
-            "nodes_over_high_watermark": len(hot),
-            "nodes": per_node,
-            "namespaces_evicted": len(to_move),
-            "replicas_deleted": replicas_deleted,
-        }
+        return self._event(hot > 0, "evict_from_nodes", nodes_over_high_watermark=hot)
 
     # --- indexing ---------------------------------------------------------------------------
 

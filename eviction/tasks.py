@@ -1,0 +1,41 @@
+"""The eviction jobs: thin Celery tasks over ``eviction.actions``, one per trigger.
+
+The scheduling service (``zoekt.scheduling.service``) keeps GitLab's checks
+and throttles and dispatches these by name (``EVICTION_EVENTS``); each job
+takes its advisory lock (skipping while it is held, so two never decide at
+once), skips while indexing is paused, runs one trigger and logs one line.
+"""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from eviction import actions
+from zoekt.locks import LockKey
+from zoekt.scheduling.events import run_event
+
+
+@shared_task(name="eviction.evict_from_nodes")
+def evict_from_nodes_task() -> dict:
+    """Node-level eviction (trigger a): nodes over the high disk watermark."""
+    return run_event("evict_from_nodes", actions.run_node_level, lock=LockKey.EVICTION_NODE_LEVEL)
+
+
+@shared_task(name="eviction.mark_indices_pending_eviction")
+def mark_indices_pending_eviction_task() -> dict:
+    """IndexMarkAsPendingEvictionEventWorker (trigger b): indices over their critical watermark."""
+    return run_event(
+        "mark_indices_pending_eviction",
+        actions.run_index_watermark,
+        lock=LockKey.EVENT_MARK_INDICES_PENDING_EVICTION,
+    )
+
+
+@shared_task(name="eviction.evict_overcommitted_nodes")
+def evict_overcommitted_nodes_task(node_ids: list[int]) -> dict:
+    """NodeWithNegativeUnclaimedStorageEventWorker (trigger c): the listed nodes."""
+    return run_event(
+        "evict_overcommitted_nodes",
+        lambda: actions.run_negative_unclaimed(node_ids),
+        lock=LockKey.EVENT_EVICT_OVERCOMMITTED_NODES,
+    )
