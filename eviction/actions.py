@@ -246,7 +246,9 @@ def do_apply_decision(
                     enabled.update_last_used_storage_bytes()
             else:
                 replica_ids = sorted({c.replica_id for c in chosen if c.replica_id is not None})
-                for enabled in EnabledNamespace.objects.filter(replicas__id__in=replica_ids):
+                for enabled in EnabledNamespace.objects.filter(
+                    replicas__id__in=replica_ids
+                ).distinct():
                     enabled.update_last_used_storage_bytes()
             details["namespaces_left_without_ready_replica"] = _left_dark(replica_ids)
             evicted = actions.do_evict_replicas(replica_ids, now=now)
