@@ -154,11 +154,8 @@ def run_negative_unclaimed(node_ids: list[int], *, now: datetime | None = None) 
     """
     now = now or clock.now()
     settings = app_settings.current()
-    if not settings.indexing_enabled or settings.indexing_paused:
-        reason = (
-            Reason.INDEXING_DISABLED if not settings.indexing_enabled else Reason.INDEXING_PAUSED
-        )
-        return {"skipped": reason, "nodes_listed": len(node_ids)}
+    if settings.indexing_gate is not None:
+        return {"skipped": settings.indexing_gate, "nodes_listed": len(node_ids)}
     rules = policy_from_settings(settings)
     nodes = list(
         Node.objects.for_search()
@@ -264,18 +261,12 @@ def do_apply_decision(
                 state=Index.State.PENDING_EVICTION, updated_at=now
             )
         namespace_ids = list(decision.namespace_ids) or sorted({c.namespace_id for c in chosen})
-        row = EvictionDecision.objects.create(
-            created_at=now,
-            last_seen_at=now,
-            node=node,
-            node_name=decision.node_name,
-            trigger=decision.trigger,
-            mode=decision.mode,
+        row = _new_row(
+            decision,
+            node,
+            now,
             reason=decision.reason,
             applied_at=now,
-            used_bytes=decision.used_bytes,
-            total_bytes=decision.total_bytes,
-            projected_used_bytes=decision.projected_used_bytes,
             chosen=[_chosen_dict(c) for c in chosen],
             index_ids=[c.index_id for c in chosen],
             namespace_ids=namespace_ids,
@@ -378,6 +369,10 @@ def _record_skipped(
         )
         last.refresh_from_db()
         return last
+    return _new_row(decision, node, now, reason=reason, details=details)
+
+
+def _new_row(decision: p.Decision, node: Node | None, now: datetime, **fields) -> EvictionDecision:
     return EvictionDecision.objects.create(
         created_at=now,
         last_seen_at=now,
@@ -385,11 +380,10 @@ def _record_skipped(
         node_name=decision.node_name,
         trigger=decision.trigger,
         mode=decision.mode,
-        reason=reason,
         used_bytes=decision.used_bytes,
         total_bytes=decision.total_bytes,
         projected_used_bytes=decision.projected_used_bytes,
-        details=details,
+        **fields,
     )
 
 

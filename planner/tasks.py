@@ -24,11 +24,7 @@ log = get_logger(__name__)
 @shared_task(name="zoekt.rollout")
 def rollout_task() -> dict:
     settings = app_settings.current()
-    skipped = None
-    if not settings.indexing_enabled:
-        skipped = Reason.INDEXING_DISABLED
-    elif settings.indexing_paused:
-        skipped = Reason.INDEXING_PAUSED
+    skipped = settings.indexing_gate
     if skipped is not None:
         log.info("rollout", skipped=skipped)
         return {"skipped": skipped}

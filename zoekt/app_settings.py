@@ -23,6 +23,8 @@ from django.core.exceptions import ValidationError
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 
+from zoekt.reasons import Reason
+
 CACHE_KEY = "zoekt:application-settings:v1"
 
 _DURATION = re.compile(r"^([1-9]\d*)([mhd])$")
@@ -91,6 +93,18 @@ class ZoektSettings:
     #: None (the default): memory planning is off and the plan is the disk-only plan.
     node_memory_budget_bytes: int | None = None
     memory_auto_calibration: bool = False
+
+    @property
+    def indexing_gate(self) -> Reason | None:
+        """Why indexing work may not run now (disabled, then paused), or None.
+
+        GitLab's gate of its scheduling, rollout and eviction workers.
+        """
+        if not self.indexing_enabled:
+            return Reason.INDEXING_DISABLED
+        if self.indexing_paused:
+            return Reason.INDEXING_PAUSED
+        return None
 
     @property
     def indexing_timeout(self) -> str:

@@ -265,19 +265,10 @@ def _reindex(node: Node, reading: Reading, held: int, now: datetime) -> dict[str
     return done
 
 
-def _gate() -> Reason | None:
-    settings = app_settings.current()
-    if not settings.indexing_enabled:
-        return Reason.INDEXING_DISABLED
-    if settings.indexing_paused:
-        return Reason.INDEXING_PAUSED
-    return None
-
-
 @shared_task(name="zoekt.reindex_lost_index_data")
 def reindex_lost_index_data_task() -> dict:
     """Re-index the nodes that lost their index data under the same uuid (one log line)."""
-    skipped = _gate()
+    skipped = app_settings.current().indexing_gate
     result = {"skipped": skipped} if skipped is not None else check_lost_index_data()
     log.info("reindex_lost_index_data", **result)
     return result

@@ -57,12 +57,7 @@ SCHEDULING_LOCKS: dict[str, LockKey] = {
 
 def scheduling_gate() -> Reason | None:
     """Why scheduling may not run now (GitLab's SchedulingWorker gating), or None."""
-    settings = app_settings.current()
-    if not settings.indexing_enabled:
-        return Reason.INDEXING_DISABLED
-    if settings.indexing_paused:
-        return Reason.INDEXING_PAUSED
-    return None
+    return app_settings.current().indexing_gate
 
 
 @shared_task(name="zoekt.scheduling")
