@@ -9,7 +9,9 @@ records). It writes one ``RolloutPlan`` row and deletes all but the newest
   carries it;
 * ``summary``: counts, the bounds (max utilisation over the lower bound),
   the candidate nodes' names, the namespaces selection skipped and why, the
-  phase seconds so far (``summary``);
+  nodes it left out for their eviction cooldown (name, reason
+  ``node_eviction_cooldown``, until when), the phase seconds so far
+  (``summary``);
 * ``explanation``: per namespace, the decisions and why each candidate node
   (by id and name) was taken or passed over (``compact_explanation``), for at most
   ``EXPLAINED_NAMESPACES`` namespaces (failed ones first, then those with
@@ -32,6 +34,7 @@ from django.db import transaction
 
 from planner.plan import bounds_entry
 from zoekt.logging import get_logger
+from zoekt.reasons import Reason
 
 if TYPE_CHECKING:
     from planner.models import RolloutPlan
@@ -137,6 +140,7 @@ def summary(
             for node_id, name in node_names(result, plan_dict).items()
         },
         "namespaces_skipped": [entry.as_dict() for entry in skipped],
+        "nodes_in_eviction_cooldown": nodes_in_eviction_cooldown(result),
         "namespaces_planned": len(namespaces),
         "create": len(plan.create),
         "destroy": len(plan.destroy),
@@ -164,6 +168,35 @@ def node_names(result: RolloutRun, plan_dict: dict[str, Any]) -> dict[int, str |
         name = (node.metadata or {}).get("name")
         names[node.id] = str(name) if name else names.get(node.id)
     return names
+
+
+def nodes_in_eviction_cooldown(result: RolloutRun) -> list[dict[str, Any]]:
+    """The nodes selection left out for their eviction cooldown, in candidate order.
+
+    Each: ``node_id``, ``node_name`` (its metadata ``name``, else ``node-<id>``,
+    as in ``node_names``), ``reason`` (``node_eviction_cooldown``) and
+    ``cooldown_until`` (ISO 8601). One query for the names, only when a node
+    is cooling down.
+    """
+    cooling = result.pool.cooling_excluded if result.pool is not None else ()
+    if not cooling:
+        return []
+    from zoekt.models import Node
+
+    names = dict(
+        Node.objects.filter(id__in=[node_id for node_id, _ in cooling]).values_list(
+            "id", "metadata__name"
+        )
+    )
+    return [
+        {
+            "node_id": node_id,
+            "node_name": str(names.get(node_id) or f"node-{node_id}"),
+            "reason": str(Reason.NODE_EVICTION_COOLDOWN),
+            "cooldown_until": until.isoformat(),
+        }
+        for node_id, until in cooling
+    ]
 
 
 def disk_bounds(scenario: dict[str, Any], plan: Plan) -> dict[str, float | None]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from django.urls import reverse
 
@@ -66,6 +68,41 @@ def test_the_record_lists_the_namespaces_selection_skipped_and_why(now, monkeypa
         }
     ]
     assert [ns["namespace_id"] for ns in row.plan["create"]] != [big.root_namespace_id]
+
+
+def test_the_record_lists_the_nodes_left_out_for_their_eviction_cooldown(now):
+    roomy = node(10_000, metadata={"name": "zoekt-roomy"})
+    cooling = node(
+        20_000, metadata={"name": "zoekt-cooling"}, eviction_cooldown_until=now + timedelta(hours=2)
+    )
+    plain = node(30_000, metadata={}, eviction_cooldown_until=now + timedelta(hours=12))
+    cooled = node(40_000, metadata={"name": "zoekt-cooled"}, eviction_cooldown_until=now)
+    enabled_group(1)
+
+    row = dry_run()
+
+    assert row.summary["nodes_in_eviction_cooldown"] == [
+        {
+            "node_id": plain.id,
+            "node_name": f"node-{plain.id}",
+            "reason": "node_eviction_cooldown",
+            "cooldown_until": (now + timedelta(hours=12)).isoformat(),
+        },
+        {
+            "node_id": cooling.id,
+            "node_name": "zoekt-cooling",
+            "reason": "node_eviction_cooldown",
+            "cooldown_until": (now + timedelta(hours=2)).isoformat(),
+        },
+    ]
+    assert set(row.summary["node_names"]) == {str(cooled.id), str(roomy.id)}
+    assert [n["id"] for n in row.plan["nodes"]] == [cooled.id]  # the roomiest not cooling
+
+
+def test_a_record_without_cooling_nodes_lists_none(now):
+    node(10_000)
+    enabled_group(1)
+    assert dry_run().summary["nodes_in_eviction_cooldown"] == []
 
 
 def test_the_plan_page_names_the_skipped_namespaces(admin_client, now, monkeypatch):

@@ -19,11 +19,13 @@ from planner import selection
 from planner.apply import ProvisioningService
 from planner.core import plan_dict
 from planner.loader import load_scenario
+from planner.management.commands.zoekt_plan import _with_names
 from planner.rollout import PLAN_LOG_KEY
 from planner.selection import SelectionService
 from tests.factories import (
     EnabledNamespaceFactory,
     GroupFactory,
+    IndexFactory,
     NodeFactory,
     ProjectFactory,
     ReplicaFactory,
@@ -306,8 +308,130 @@ def test_a_batch_of_only_skipped_namespaces_says_why_nothing_is_planned(now, mon
     node(1000, "zoekt-a")
     big = enabled_group(1, 1)
     out, _ = run()
-    assert "No enabled namespaces found: the rollout stops here." in out
+    assert "No enabled namespace can be planned now (1 enabled): the rollout stops here." in out
+    assert "No enabled namespaces found" not in out
     assert (
         f"  namespace {big.root_namespace_id} (enabled namespace {big.id}): more than 1 "
         "project namespaces"
     ) in out
+
+
+def test_dry_run_is_accepted_and_is_the_preview(fleet):
+    preview, _ = run()
+    out, _ = run("--dry-run")
+    assert out == preview
+    assert "Next rollout (preview: nothing is written)" in out
+    out, _ = run("--dry-run", "--json")
+    assert len(json.loads(out)["create"]) == 2
+    assert not Replica.objects.exists()
+    with pytest.raises(CommandError, match="not allowed with argument"):
+        run("--dry-run", "--apply")
+    assert not Replica.objects.exists()
+
+
+def converged(count: int) -> list[EnabledNamespace]:
+    """``count`` enabled namespaces, each with its one replica and that replica's index."""
+    holder = node(10_000, "zoekt-a")
+    namespaces = []
+    for _ in range(count):
+        namespace = enabled_group(10)
+        replica = ReplicaFactory(zoekt_enabled_namespace=namespace)
+        IndexFactory(zoekt_replica=replica, zoekt_node=holder, reserved_storage_bytes=30)
+        namespaces.append(namespace)
+    return namespaces
+
+
+def test_a_converged_fleet_says_no_namespace_needs_work(now):
+    converged(3)
+    out, _ = run()
+    assert "No enabled namespace needs work (3 enabled): the rollout stops here." in out
+    assert "Each has as many replicas as it should: none to create or remove." in out
+    assert "No enabled namespaces found" not in out
+    _, err = run("--json")
+    assert "No enabled namespace needs work (3 enabled)" in err
+    assert "No enabled namespaces found" not in err
+
+
+def test_namespaces_waiting_for_their_retry_are_counted(now):
+    converged(2)
+    failed = enabled_group(10)
+    EnabledNamespace.objects.filter(pk=failed.pk).update(last_rollout_failed_at=now)
+    out, _ = run()
+    assert "No enabled namespace can be planned now (3 enabled): the rollout stops here." in out
+    assert (
+        "1 namespace(s) that need replicas created or removed wait to be retried after a "
+        "failed rollout (zoekt_rollout_retry_interval)."
+    ) in out
+
+
+def test_the_buffer_factor_is_rounded_in_the_report_and_exact_in_the_scenario(fleet, tmp_path):
+    cache.set(buffer_factor.CACHE_KEY, {"value": 2.7182818}, 60)
+    scenario_file = tmp_path / "scenario.json"
+    out, _ = run("--export-scenario", str(scenario_file))
+    assert "batch size 32, buffer factor 2.72\n" in out
+    assert "2.7182818" not in out
+    assert json.loads(scenario_file.read_text())["options"]["buffer_factor"] == 2.7182818
+    cache.set(buffer_factor.CACHE_KEY, {"value": 2.5}, 60)
+    assert "buffer factor 2.5\n" in run()[0]
+
+
+def test_memory_warnings_name_the_nodes_they_speak_of(now):
+    # Budget 4,000 bytes: an index may hold 1,000 bytes of estimated memory (two projects);
+    # five projects on two nodes leave the fifth past the ceiling, with a warning.
+    set_setting(zoekt_node_memory_budget_bytes=4_000)
+    first = node(10**9, "zoekt-a")
+    second = node(10**9 - 1, "zoekt-b")
+    enabled_group(*[1_000] * 5)
+    out, _ = run()
+    (warning,) = [line for line in out.splitlines() if "warning memory_node_exhausted" in line]
+    assert f"index 1 on node {second.id} (zoekt-b) reached its max_memory_bytes" in warning
+    assert (
+        f"Over max_memory_bytes: index 1 on node {second.id} (zoekt-b) (1500 bytes estimated"
+    ) in warning
+    assert f"node {first.id} (zoekt-a)" in out
+    assert "(zoekt-b) (zoekt-b)" not in out
+
+
+def test_a_capitalised_node_id_is_named_too():
+    names = {7: "zoekt-a", 8: "zoekt-b"}
+    assert _with_names("Node 7 has 5 bytes; node 8 (zoekt-b) too; node 9", names) == (
+        "Node 7 (zoekt-a) has 5 bytes; node 8 (zoekt-b) too; node 9"
+    )
+
+
+def test_a_node_in_eviction_cooldown_is_named_with_the_reason_and_until_when(fleet, now):
+    cooling = node(10_000, "zoekt-cooling", eviction_cooldown_until=now + timedelta(hours=3))
+    out, _ = run()
+    # It would be the roomiest candidate; it is not one.
+    assert f"#1 node {fleet['a'].id} (zoekt-a)" in out
+    assert f"#1 node {cooling.id}" not in out and "#3 node" not in out
+    (line,) = [row for row in out.splitlines() if f"node {cooling.id} (zoekt-cooling):" in row]
+    assert line == (
+        f"  node {cooling.id} (zoekt-cooling): in its eviction cooldown until "
+        "2026-03-01 15:00:00 UTC (3:00 h left; node_eviction_cooldown)"
+    )
+    plan_out, err = run("--json")
+    assert cooling.id not in {n["id"] for n in json.loads(plan_out)["nodes"]}
+    assert (
+        f"not a candidate: node {cooling.id} (zoekt-cooling): in its eviction cooldown until "
+        "2026-03-01 15:00:00 UTC (3:00 h left; node_eviction_cooldown)"
+    ) in err
+
+
+def test_a_fleet_all_in_cooldown_stops_and_says_why(now):
+    cooling = node(10_000, "zoekt-cooling", eviction_cooldown_until=now + timedelta(minutes=90))
+    enabled_group(10)
+    out, _ = run()
+    assert "No available nodes found: the rollout stops here." in out
+    assert (
+        f"  node {cooling.id} (zoekt-cooling): in its eviction cooldown until "
+        "2026-03-01 13:30:00 UTC (1:30 h left; node_eviction_cooldown)"
+    ) in out
+
+
+def test_an_ended_cooldown_is_no_reason(now):
+    ended = node(10_000, "zoekt-cooled", eviction_cooldown_until=now - timedelta(minutes=1))
+    enabled_group(10)
+    out, _ = run()
+    assert f"#1 node {ended.id} (zoekt-cooled)" in out
+    assert "eviction cooldown" not in out

@@ -1,14 +1,16 @@
 """What the next rollout would do, and why; or run one now.
 
     manage.py zoekt_plan                          # per namespace and per node, with reasons
+    manage.py zoekt_plan --dry-run                # the same: the preview is the default
     manage.py zoekt_plan --json                   # the plan (the contract's JSON)
     manage.py zoekt_plan --export-scenario f.json # the fleet as a scenario; then
     python -m planner plan --input f.json         #   replays to the same plan as --json
     manage.py zoekt_plan --apply                  # run one rollout batch now
     manage.py zoekt_plan --batch-size 500         # plan more (or fewer) namespaces
 
-Without ``--apply`` nothing is written: the preview runs the rollout's
-clean-up, selection, load and plan in a transaction that is rolled back.
+Without ``--apply`` (or with ``--dry-run``) nothing is written: the preview
+runs the rollout's clean-up, selection, load and plan in a transaction that
+is rolled back.
 ``--apply`` runs a real rollout batch under the rollout job's advisory lock
 (and refuses while indexing is disabled or paused, or another rollout runs).
 Progress of long loads goes to stderr (``-v 0`` silences it, ``-v 2`` shows
@@ -16,7 +18,8 @@ it at once and adds phase timings).
 
 Every node id the report shows has the node's name next to it (``node 7
 (zoekt-a)``) when the node has one; the namespaces selection skipped are
-named with the reason.
+named with the reason, and so are the nodes it left out (a node in its
+eviction cooldown: until when, ``node_eviction_cooldown``).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from __future__ import annotations
 import re
 import time
 from collections import Counter
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -35,17 +39,17 @@ from planner.loader import ScenarioLoader
 from planner.plan import Plan, dumps
 from planner.rollout import Outcome, RolloutResult, RolloutService
 from planner.scenario import parse_scenario
-from planner.selection import SkippedNamespace
+from planner.selection import ResourcePool, SkippedNamespace
 from zoekt import app_settings, clock, memory
 from zoekt.locks import LockKey, try_advisory_lock
 from zoekt.logging import get_logger
-from zoekt.models import Node
+from zoekt.models import EnabledNamespace, Node
 from zoekt.reasons import Reason
 
 log = get_logger(__name__)
 
-#: ``node 7`` not already followed by its name.
-_NODE_ID = re.compile(r"\bnode (\d+)\b(?! \()")
+#: ``node 7`` or ``Node 7`` (a sentence's start); its name is added unless it follows already.
+_NODE_ID = re.compile(r"\b([Nn]ode) (\d+)\b")
 
 
 class Command(BaseCommand):
@@ -64,7 +68,13 @@ class Command(BaseCommand):
             help="write the planner's input as a scenario file that `python -m planner plan` "
             "replays",
         )
-        parser.add_argument(
+        mode = parser.add_mutually_exclusive_group()
+        mode.add_argument(
+            "--dry-run",
+            action="store_true",
+            help="preview the next rollout and write nothing (the default)",
+        )
+        mode.add_argument(
             "--apply", action="store_true", help="run one rollout batch now and write its rows"
         )
         parser.add_argument(
@@ -112,10 +122,17 @@ class Command(BaseCommand):
             timings = ", ".join(f"{k} {v:.3f} s" for k, v in result.seconds.items())
             self.stderr.write(f"phases: {timings}")
         if as_json:
+            names = _node_names(plan)
             for skipped in result.pool.skipped if result.pool is not None else ():
                 self.stderr.write(f"skipped {_skipped_text(skipped)}")
+            for node_id, until in result.pool.cooling_excluded if result.pool is not None else ():
+                self.stderr.write(
+                    f"not a candidate: {_node(node_id, names)}: {_cooldown_text(until)}"
+                )
             self.stdout.write(plan.to_json())
-            if result.outcome != Outcome.DRY_RUN:
+            if result.outcome == Outcome.NO_ENABLED_NAMESPACES:
+                self.stderr.write(_nothing_to_plan(result.pool)[0])
+            elif result.outcome != Outcome.DRY_RUN:
                 self.stderr.write(result.message)
             return
         self.stdout.write(
@@ -169,25 +186,21 @@ class Command(BaseCommand):
         self.names = _node_names(plan)
         factor = scenario["options"]["buffer_factor"]
         head = "Rollout run" if applied else "Next rollout (preview: nothing is written)"
-        lines.append(f"{head}: batch size {batch_size}, buffer factor {factor}")
+        lines.append(f"{head}: batch size {batch_size}, buffer factor {_factor(factor)}")
         lines.append(_memory_line(scenario))
         deleted = result.replicas_without_indices_deleted
         verb = "removed" if applied else "to remove"
         lines.append(f"Replicas without indices {verb} first: {deleted}")
         pool = result.pool
-        stops = result.outcome in (Outcome.NO_ENABLED_NAMESPACES, Outcome.NO_AVAILABLE_NODES)
-        if stops:
+        if result.outcome == Outcome.NO_ENABLED_NAMESPACES:
+            headline, *why = _nothing_to_plan(pool)
+            lines.append(f"{headline}: the rollout stops here.")
+            lines.extend(why)
+            lines.extend(_skipped_section(pool.skipped))
+            lines.extend(["", *self._node_section(pool, plan, [])])
+            return "\n".join(lines)
+        if result.outcome == Outcome.NO_AVAILABLE_NODES:
             lines.append(f"{result.message}: the rollout stops here.")
-            if result.outcome == Outcome.NO_ENABLED_NAMESPACES:
-                if pool.skipped:
-                    lines.append(
-                        "Every enabled namespace that needs replicas created or removed is skipped."
-                    )
-                else:
-                    lines.append("No enabled namespace needs replicas created or removed.")
-                lines.extend(_skipped_section(pool.skipped))
-                lines.extend(["", *self._node_section(pool.nodes, plan, [])])
-                return "\n".join(lines)
         lines.append(
             f"Namespaces: {len(pool.namespaces)} selected; create {len(plan.create)}, "
             f"destroy {len(plan.destroy)}, unchanged {len(plan.unchanged)}, "
@@ -212,7 +225,7 @@ class Command(BaseCommand):
             lines.extend(
                 self._namespace_lines(explanation, by_namespace, max_decisions, self.names)
             )
-        lines.extend(["", *self._node_section(pool.nodes, plan, explanations)])
+        lines.extend(["", *self._node_section(pool, plan, explanations)])
         if result.changes is not None:
             lines.extend(["", *self._changes_section(result)])
         return "\n".join(lines)
@@ -270,7 +283,8 @@ class Command(BaseCommand):
                 lines.append(text)
         return lines
 
-    def _node_section(self, candidates, plan: Plan, explanations: list[dict]) -> list[str]:
+    def _node_section(self, pool: ResourcePool, plan: Plan, explanations: list[dict]) -> list[str]:
+        candidates = pool.nodes
         lines = ["Per node (candidates in candidate order):"]
         changes = {node.id: node for node in plan.nodes}
         taken: Counter[int] = Counter()
@@ -316,7 +330,7 @@ class Command(BaseCommand):
                         )
                     )
                 lines.append(f"      {'; '.join(parts)}")
-        excluded = _excluded_nodes({node.id for node in candidates})
+        excluded = _excluded_nodes({node.id for node in candidates}, dict(pool.cooling_excluded))
         if excluded:
             lines.append("Not candidates:")
             for node_id, name, why in excluded:
@@ -357,8 +371,14 @@ class Command(BaseCommand):
         return lines
 
 
-def _excluded_nodes(candidate_ids: set[int]) -> list[tuple[int, str, str]]:
-    """Every other node, with why the selection left it out."""
+def _excluded_nodes(
+    candidate_ids: set[int], cooling: dict[int, datetime]
+) -> list[tuple[int, str, str]]:
+    """Every other node, with why the selection left it out.
+
+    ``cooling``: the nodes selection left out for their eviction cooldown,
+    with its end (``ResourcePool.cooling_excluded``).
+    """
     now = clock.now()
     configured = app_settings.current().node_memory_budget_bytes
     online = set(Node.objects.online(now).values_list("id", flat=True))
@@ -367,10 +387,20 @@ def _excluded_nodes(candidate_ids: set[int]) -> list[tuple[int, str, str]]:
         Node.objects.exclude(id__in=candidate_ids)
         .with_unclaimed_storage_bytes()
         .order_by("id")
-        .values_list("id", "metadata", "services", "annotated_unclaimed_storage_bytes")
+        .values_list(
+            "id",
+            "metadata",
+            "services",
+            "annotated_unclaimed_storage_bytes",
+            "eviction_cooldown_until",
+        )
     )
-    for node_id, metadata, services, unclaimed in rows:
+    for node_id, metadata, services, unclaimed, cooldown_until in rows:
         reasons = []
+        if node_id in cooling:
+            reasons.append(_cooldown_text(cooling[node_id]))
+        elif cooldown_until is not None and cooldown_until > now:
+            reasons.append(_cooldown_text(cooldown_until))
         if Node.Service.ZOEKT not in services:
             reasons.append("not a search node")
         if node_id not in online:
@@ -409,8 +439,54 @@ def _node(node_id: int, names: dict[int, str]) -> str:
 
 
 def _with_names(text: str, names: dict[int, str]) -> str:
-    """``node 7`` becomes ``node 7 (zoekt-a)`` wherever a named node's id stands alone."""
-    return _NODE_ID.sub(lambda match: _node(int(match.group(1)), names), text)
+    """``node 7`` becomes ``node 7 (zoekt-a)`` wherever a named node's id is not followed by
+    its name already (``Node 7 has …`` too, and ``node 7 (1500 bytes …)``)."""
+
+    def named(match: re.Match[str]) -> str:
+        word, node_id = match.group(1), int(match.group(2))
+        name = names.get(node_id)
+        if name is None or text.startswith(f" ({name})", match.end()):
+            return match.group(0)
+        return f"{word} {node_id} ({name})"
+
+    return _NODE_ID.sub(named, text)
+
+
+def _cooldown_text(until: datetime) -> str:
+    """Why a cooling node takes no new index: until when, and the reason code."""
+    left = max(int((until - clock.now()).total_seconds()), 0)
+    return (
+        f"in its eviction cooldown until {until.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC "
+        f"({left // 3600}:{left % 3600 // 60:02d} h left; {Reason.NODE_EVICTION_COOLDOWN})"
+    )
+
+
+def _nothing_to_plan(pool: ResourcePool) -> list[str]:
+    """Why a run selected no namespace: the headline, then what the enabled namespaces are at.
+
+    GitLab's "No enabled namespaces found" is said only when none is enabled.
+    """
+    enabled = EnabledNamespace.objects.count()
+    if not enabled:
+        return ["No enabled namespaces found"]
+    settings = app_settings.current()
+    waiting = (
+        EnabledNamespace.objects.with_rollout_blocked(settings.rollout_retry_interval_seconds)
+        .with_mismatched_replicas(settings.default_number_of_replicas)
+        .count()
+    )
+    if not waiting and not pool.skipped:
+        return [
+            f"No enabled namespace needs work ({enabled:,} enabled)",
+            "Each has as many replicas as it should: none to create or remove.",
+        ]
+    lines = [f"No enabled namespace can be planned now ({enabled:,} enabled)"]
+    if waiting:
+        lines.append(
+            f"{waiting:,} namespace(s) that need replicas created or removed wait to be retried "
+            "after a failed rollout (zoekt_rollout_retry_interval)."
+        )
+    return lines
 
 
 def _skipped_text(skipped: SkippedNamespace) -> str:
@@ -444,6 +520,11 @@ def _memory_line(scenario: dict[str, Any]) -> str:
         f"they report), memory ratio {options.get('memory_ratio')}, concurrency factor "
         f"{options.get('concurrency_factor')}"
     )
+
+
+def _factor(value: float) -> str:
+    """The buffer factor to two decimals: ``3``, ``2.5``, ``2.72``."""
+    return f"{value:.2f}".rstrip("0").rstrip(".")
 
 
 def _fraction(value: float | None) -> str:
