@@ -1,10 +1,11 @@
 """Prometheus ``/metrics``: the fleet read from the database at scrape time.
 
-A custom collector (``FleetCollector``) reads ``dashboard.readmodels.fleet_overview``
-plus four grouped counts on every scrape and yields gauges; nothing is kept
-in the process, so every web replica answers the same and no background job
-is needed. The cost is a fixed number of queries whatever the fleet size
-(the dashboard's tests count them).
+A custom collector (``FleetCollector``) reads ``dashboard.readmodels.fleet_overview``,
+``eviction.queries.eviction_overview`` and four grouped counts on every
+scrape and yields gauges and counters; nothing is kept in the process, so
+every web replica answers the same and no background job is needed. The
+cost is a fixed number of queries whatever the size of the fleet or the
+number of decisions (the dashboard's tests count them).
 
 Names: GitLab's own where GitLab has the metric (its ``gitlab-exporter``
 emits them under ``search_zoekt_*`` with these labels), and
@@ -35,6 +36,8 @@ from prometheus_client.core import (
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from dashboard import readmodels
+from eviction.models import EvictionDecision
+from eviction.queries import eviction_overview
 from planner.models import RolloutPlan
 from zoekt import clock, jobmetrics, nodeapimetrics
 from zoekt.logging import get_logger
@@ -61,6 +64,7 @@ class FleetCollector:
         yield from self._node_metrics(overview)
         yield from self._fleet_counts(overview)
         yield from self._rollout_plan()
+        yield from self._eviction(now)
         yield from self._jobs()
         yield from self._node_api()
 
@@ -277,6 +281,49 @@ class FleetCollector:
             if isinstance(figures, dict) and figures.get("ratio") is not None:
                 bound.add_metric([dimension], figures["ratio"])
         yield from (at, phases, bound)
+
+    def _eviction(self, now) -> Iterator[Metric]:
+        """Eviction decisions by trigger and mode, cooldowns and sustain clocks (3 queries)."""
+        overview = eviction_overview(recent=0, now=now)
+        applied = CounterMetricFamily(
+            "zoekt_control_evictions",
+            "Eviction decisions applied, by trigger and mode.",
+            labels=["trigger", "mode"],
+        )
+        namespaces = CounterMetricFamily(
+            "zoekt_control_eviction_namespaces_affected",
+            "Root namespaces affected by applied eviction decisions, by trigger and mode.",
+            labels=["trigger", "mode"],
+        )
+        # Every trigger and mode, zeros included, so a rate starts at the first eviction.
+        for trigger in EvictionDecision.Trigger.values:
+            for mode in EvictionDecision.Mode.values:
+                applied.add_metric([trigger, mode], overview.applied.get((trigger, mode), 0))
+                namespaces.add_metric(
+                    [trigger, mode], overview.namespaces_affected.get((trigger, mode), 0)
+                )
+        skipped = CounterMetricFamily(
+            "zoekt_control_eviction_decisions_skipped",
+            "Eviction runs that decided not to evict from a node, by trigger and reason "
+            "(each repeat of a folded decision counted).",
+            labels=["trigger", "reason"],
+        )
+        for (trigger, reason), count in sorted(overview.skipped.items()):
+            skipped.add_metric([trigger, reason], count)
+        cooling = _gauge(
+            "zoekt_control_nodes_in_eviction_cooldown",
+            "Nodes in their eviction cooldown: no eviction from them, no placement on them.",
+        )
+        cooling.add_metric([], len(overview.cooling))
+        over_high = _gauge(
+            "zoekt_control_node_over_high_watermark_seconds",
+            "Seconds since the node's disk reached the high watermark (its sustain clock, "
+            "kept through the hysteresis band); only nodes with a running clock.",
+            GITLAB_NODE_LABELS,
+        )
+        for node in overview.over_high:
+            over_high.add_metric([str(node.node_id), node.node_name], node.over_high_seconds)
+        yield from (applied, namespaces, skipped, cooling, over_high)
 
     def _jobs(self) -> Iterator[Metric]:
         """Runs and durations of every job (``zoekt.jobmetrics``, one Redis round trip)."""

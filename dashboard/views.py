@@ -1,7 +1,9 @@
 """The operator dashboard: server-rendered pages inside the admin (staff only).
 
 ``/admin/dashboard/`` (the fleet), ``.../plans/`` and ``.../plans/<id>/``
-(recent rollout plans), ``.../namespaces/`` and ``.../namespaces/<root id>/``.
+(recent rollout plans), ``.../namespaces/`` and ``.../namespaces/<root id>/``,
+``.../evictions/`` (nodes over the high watermark, in cooldown, and the
+eviction decisions).
 Each view reads one function of ``dashboard.readmodels`` (a fixed number of
 queries) and renders a template under ``templates/zoekt/dashboard/`` that
 extends the admin's ``base_site.html``; charts are inline SVG drawn by
@@ -26,6 +28,7 @@ PAGES = (
     ("fleet", "Fleet"),
     ("plans", "Rollout plans"),
     ("namespaces", "Namespaces"),
+    ("evictions", "Evictions"),
 )
 
 
@@ -215,6 +218,21 @@ def namespace(request: HttpRequest, root_namespace_id: int) -> HttpResponse:
     )
 
 
+# ----------------------------------------------------------------------------
+# Evictions
+# ----------------------------------------------------------------------------
+
+
+def evictions(request: HttpRequest) -> HttpResponse:
+    return _render(
+        request,
+        "evictions.html",
+        "evictions",
+        "Evictions",
+        evictions=readmodels.eviction_page(page=request.GET.get("page", 1)),
+    )
+
+
 def urls() -> list:
     view = admin.site.admin_view
     return [
@@ -223,4 +241,5 @@ def urls() -> list:
         path("plans/<int:plan_id>/", view(plan), name="dashboard-plan"),
         path("namespaces/", view(namespaces), name="dashboard-namespaces"),
         path("namespaces/<int:root_namespace_id>/", view(namespace), name="dashboard-namespace"),
+        path("evictions/", view(evictions), name="dashboard-evictions"),
     ]

@@ -62,3 +62,37 @@ def sum_values(values) -> int:
 def fleet_total(overview, attr: str) -> int:
     """``FleetOverview.totals(attr)``: a column summed over every node."""
     return overview.totals(attr)
+
+
+@register.filter
+def duration(seconds: int | float | None) -> str:
+    """Seconds as an operator reads them: ``3 h 12 min``, ``2 d 4 h``, ``45 s``; ``-`` for None."""
+    if seconds is None:
+        return "-"
+    seconds = max(0, int(seconds))
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days} d {hours} h" if hours else f"{days} d"
+    if hours:
+        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
+    if minutes:
+        return f"{minutes} min"
+    return f"{secs} s"
+
+
+@register.filter
+def seconds_until(at, now) -> int | None:
+    """Seconds from ``now`` to ``at`` (0 once it has passed); None without ``at``."""
+    if at is None or now is None:
+        return None
+    return max(0, int((at - now).total_seconds()))
+
+
+@register.filter
+def minus(value: int | float | None, other: int | float | None):
+    """``value - other``; None when either is None."""
+    if value is None or other is None:
+        return None
+    return value - other

@@ -14,6 +14,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.contrib.auth.models import Permission, User
 
+from eviction import actions as eviction
+from eviction.models import EvictionDecision
 from planner.models import RolloutPlan
 from planner.rollout import RolloutService
 from tests.browser.conftest import (
@@ -25,7 +27,7 @@ from tests.browser.conftest import (
     screenshot,
 )
 from tests.dashboard.builders import build_fleet, unplaced_namespace
-from zoekt import clock
+from zoekt import app_settings, clock
 from zoekt.models import EnabledNamespace, Index, Node, Replica
 
 # Fixed ids and a fixed plan time keep the screenshots the same from run to run.
@@ -36,7 +38,9 @@ GIB = 1024**3
 
 
 def seed() -> dict:
-    """A fleet of 8 nodes (one offline, one unhealthy), 12 namespaces and one dry-run plan."""
+    """A fleet of 8 nodes (one offline, one unhealthy), 12 namespaces, one dry-run plan,
+    and one run of node-level eviction: zoekt-7 (90 %) evicted from at once and cooling
+    down, zoekt-5 (78 %, over high for 3 h 12 min) waiting out its sustain period."""
     # Seen an hour ahead: the live server reads the real clock, and the nodes
     # must stay online however long the browser takes.
     ahead = clock.now() + timedelta(hours=1)
@@ -53,6 +57,18 @@ def seed() -> dict:
     plan = RolloutPlan.objects.get()
     RolloutPlan.objects.filter(pk=plan.pk).update(created_at=PLANNED_AT)
     plan.refresh_from_db()
+
+    app_settings.update(zoekt_node_level_eviction_enabled=True)
+    waiting, hot = fleet.nodes[5], fleet.nodes[7]
+    Node.objects.filter(pk=waiting.pk).update(
+        used_bytes=78 * GIB, high_watermark_exceeded_at=clock.now() - timedelta(hours=3, minutes=12)
+    )
+    Node.objects.filter(pk=hot.pk).update(
+        high_watermark_exceeded_at=clock.now() - timedelta(minutes=20)
+    )
+    eviction.run_node_level()
+    decisions = list(EvictionDecision.objects.order_by("-last_seen_at", "-id"))
+    hot.refresh_from_db()
 
     user = User.objects.create_user("operator", password=PASSWORD, is_staff=True)
     user.user_permissions.set(Permission.objects.filter(codename__startswith="view_"))
@@ -93,6 +109,18 @@ def seed() -> dict:
         "detail_root": detail_ns.root_namespace_id,
         "detail_index_ids": [index.id for index in detail_indices],
         "detail_nodes": sorted({index.zoekt_node.name for index in detail_indices}),
+        "over_high": [waiting.name, hot.name],
+        "cooling": [hot.name],
+        "cooling_until": f"{hot.eviction_cooldown_until:%Y-%m-%d %H:%M}",
+        "decisions": [
+            {
+                "id": d.id,
+                "node": d.node_name,
+                "verdict": "applied" if d.applied_at else "skipped",
+                "namespaces": str(d.namespaces_affected),
+            }
+            for d in decisions
+        ],
     }
 
 
@@ -179,12 +207,40 @@ def test_operator_reads_every_dashboard_page(browser_ready, live_server, tmp_pat
         seen["search"] = text(page, "[data-figure=targets] .value")
         screenshot(page, tmp_path, "dashboard-namespace")
 
+        # --- evictions -------------------------------------------------------------
+        page.click(".dashboard-tabs a[data-page=evictions]")
+        page.wait_for_url(f"{base}/admin/dashboard/evictions/")
+        shown = [
+            row.get_attribute("data-node-name")
+            for row in page.locator("#over-high tbody tr[data-node-name]").all()
+        ]
+        assert shown == expected["over_high"]
+        seen["waiting_clock"] = text(
+            page, f"#over-high tr[data-node-name='{expected['over_high'][0]}'] td.over-high"
+        )
+        cooling = [
+            row.get_attribute("data-node-name")
+            for row in page.locator("#cooling tbody tr[data-node-name]").all()
+        ]
+        assert cooling == expected["cooling"]
+        assert text(page, "#cooling tbody td.until") == expected["cooling_until"]
+        rows = page.locator("#decisions tbody tr[data-decision-id]")
+        assert rows.count() == len(expected["decisions"])
+        for decision in expected["decisions"]:
+            row = f"#decisions tr[data-decision-id='{decision['id']}']"
+            assert text(page, f"{row} td.node") == decision["node"]
+            assert text(page, f"{row} td.verdict") == decision["verdict"]
+            assert text(page, f"{row} td.namespaces") == decision["namespaces"]
+        screenshot(page, tmp_path, "dashboard-evictions")
+
     # Every candidate was too small for the monorepo: each is named with its reason.
     assert "insufficient unclaimed storage" in seen["too_big_candidates"]
     for name in expected["detail_nodes"]:
         assert name in seen["targets"]
     assert seen["search"] == "searchable"
-    for name in ("fleet", "plans", "plan", "namespaces", "namespace"):
+    # Set 3 h 12 min before the seed; the browser reads it a few seconds or minutes later.
+    assert seen["waiting_clock"].startswith("3 h 1")
+    for name in ("fleet", "plans", "plan", "namespaces", "namespace", "evictions"):
         assert (tmp_path / f"dashboard-{name}.png").stat().st_size > 10_000
     # A test run leaves the checkout as it was; `make screenshots` refreshes the docs.
     if not refreshing():

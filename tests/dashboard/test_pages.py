@@ -47,7 +47,7 @@ def size(value: int | None) -> str:
 # --- access ---------------------------------------------------------------------------
 
 
-PAGES = ["dashboard-fleet", "dashboard-plans", "dashboard-namespaces"]
+PAGES = ["dashboard-fleet", "dashboard-plans", "dashboard-namespaces", "dashboard-evictions"]
 
 
 @pytest.mark.parametrize("name", PAGES)
@@ -309,6 +309,7 @@ def test_page_queries_do_not_grow_with_the_fleet(admin_client, now, dry_run_plan
             "plan": reverse("dashboard-plan", args=[plan.id]),
             "namespaces": reverse("dashboard-namespaces"),
             "namespace": reverse("dashboard-namespace", args=[root]),
+            "evictions": reverse("dashboard-evictions"),
             "metrics": reverse("metrics"),
         }
         return {name: queries(admin_client, url) for name, url in urls.items()}

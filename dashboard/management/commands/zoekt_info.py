@@ -8,7 +8,11 @@
 
 Sections, in GitLab's order: Exact Code Search (version and every setting),
 Nodes, Indexing status, Feature Flags (this project has none: "none"), and in
-extended mode Node Details. Per node, after the disk utilisation line comes
+extended mode Node Details; after Indexing status, this project's Eviction
+(``docs/eviction.md``): its settings, the nodes over the high watermark and
+for how long, the nodes in cooldown, the applied decisions by trigger and
+mode, the skipped ones by trigger and reason, and the last few decisions.
+Per node, after the disk utilisation line comes
 the memory utilisation (webserver RSS over the node's memory budget, with
 its memory watermark), and after GitLab's webserver RSS line the *estimated*
 memory of the node's indices (repository bytes × ``memory_ratio``) next to
@@ -31,8 +35,9 @@ from django.conf import settings as django_settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db.models import Count, Sum
 
+from eviction.queries import EvictionOverview, eviction_overview
 from planner.core import CONCURRENCY_FACTOR
-from zoekt import app_settings, clock, memory
+from zoekt import app_settings, capacity, clock, memory
 from zoekt.capacity import NodeWatermark
 from zoekt.models import (
     ApplicationSetting,
@@ -49,6 +54,8 @@ from zoekt.models import (
 CLEAR_SCREEN = "\x1b[H\x1b[2J"
 NEVER = "(never)"
 NONE = "(none)"
+#: Decisions the Eviction section lists, newest first.
+RECENT_DECISIONS = 5
 
 _RED = {"critical", "failed", "evicted", "high", "critical_watermark_exceeded"}
 _RED |= {"high_watermark_exceeded", "pending_eviction", "offline"}
@@ -122,6 +129,7 @@ class Command(BaseCommand):
         lines += self._section("Exact Code Search", report["exact_code_search"])
         lines += self._section("Nodes", report["nodes"])
         lines += self._section("Indexing status", report["indexing_status"])
+        lines += self._eviction(report["eviction"])
         lines += self._section("Feature Flags (Non-Default Values)", report["feature_flags"])
         lines += self._section("Feature Flags (Default Values)", report["feature_flags_default"])
         if "node_details" in report:
@@ -133,6 +141,33 @@ class Command(BaseCommand):
                 lines.append("  none")
             lines.append("")
         return "\n".join(lines)
+
+    def _eviction(self, eviction: Mapping[str, Any]) -> list[str]:
+        out = self._section("Eviction", eviction["rows"])[:-1]
+        out.append("  Recent decisions:" if eviction["recent"] else "  Recent decisions: (none)")
+        for decision in eviction["recent"]:
+            verdict = "applied" if decision["applied"] else "skipped"
+            text = (
+                f"#{decision['id']} {decision['last_seen_at']} {decision['node_name']} "
+                f"{decision['trigger']}/{decision['mode']} {verdict}: {decision['reason']}"
+            )
+            if decision["repeats"] > 1:
+                text += f" (x{decision['repeats']} since {decision['created_at']})"
+            if decision["applied"]:
+                text += (
+                    f"; {decision['namespaces_affected']} namespace(s), "
+                    f"{_size(decision['evicted_bytes'])} evicted, disk "
+                    f"{_percent(decision['used_bytes'], decision['total_bytes'])} -> "
+                    f"{_percent(decision['projected_used_bytes'], decision['total_bytes'])}"
+                )
+            if decision["cooldown_end_reason"]:
+                text += (
+                    f"; cooldown ended {decision['cooldown_ended_at']} "
+                    f"({decision['cooldown_end_reason']})"
+                )
+            out.append(f"    {self._colour('high' if decision['applied'] else '', text)}")
+        out.append("")
+        return out
 
     def _section(self, title: str, rows: list[tuple[str, Any]]) -> list[str]:
         out = [self.style.MIGRATE_HEADING(title)]
@@ -211,6 +246,7 @@ def collect(*, extended: bool) -> dict[str, Any]:
         "exact_code_search": _settings_rows(row, settings),
         "nodes": _node_rows(nodes, by_node, now),
         "indexing_status": _indexing_rows(settings, now),
+        "eviction": _eviction(settings, eviction_overview(recent=RECENT_DECISIONS, now=now), now),
         "feature_flags": [],
         "feature_flags_default": [],
     }
@@ -240,6 +276,12 @@ def as_json(report: Mapping[str, Any]) -> dict[str, Any]:
         "feature_flags_default",
     ):
         out[key] = {label: _jsonable(value) for label, value in report[key]}
+    eviction = report["eviction"]
+    out["eviction"] = {
+        **eviction["data"],
+        "summary": {label: _jsonable(value) for label, value in eviction["rows"]},
+        "recent": eviction["recent"],
+    }
     if "node_details" in report:
         out["node_details"] = [
             {
@@ -363,6 +405,122 @@ def _indexing_rows(settings: app_settings.ZoektSettings, now: datetime) -> list:
     ]
 
 
+def _eviction(
+    settings: app_settings.ZoektSettings, overview: EvictionOverview, now: datetime
+) -> dict[str, Any]:
+    """The Eviction section: rows for the text, and the same figures as plain data."""
+    low, high, critical = capacity.watermark_limits(
+        bool(getattr(django_settings, "ZOEKT_DEVELOPMENT_WATERMARKS", False))
+    )
+    over_high = [
+        {
+            "id": node.node_id,
+            "name": node.node_name,
+            "percent_used": node.percent_used,
+            "over_high_seconds": node.over_high_seconds,
+            "over_high": node.percent_used >= high,
+            "cooldown_until": None if node.cooldown_until is None else _utc(node.cooldown_until),
+        }
+        for node in overview.over_high
+    ]
+    cooling = [
+        {
+            "id": node.node_id,
+            "name": node.node_name,
+            "percent_used": node.percent_used,
+            "cooldown_until": _utc(node.cooldown_until),
+            "cooldown_seconds_left": max(0, int((node.cooldown_until - now).total_seconds())),
+        }
+        for node in overview.cooling
+    ]
+    applied = {f"{t}/{m}": count for (t, m), count in overview.applied.items()}
+    affected = {f"{t}/{m}": count for (t, m), count in overview.namespaces_affected.items()}
+    skipped = {f"{t}/{r}": count for (t, r), count in overview.skipped.items()}
+    rows: list[tuple[str, Any]] = [
+        ("Node-level eviction", "on" if settings.node_level_eviction_enabled else "off"),
+        (
+            "Safeguards",
+            "on"
+            if settings.node_eviction_safeguards
+            else Level("high", "off (GitLab's legacy behaviour)"),
+        ),
+        ("Sustain period", _duration(settings.eviction_sustain_seconds)),
+        ("Cooldown", _duration(settings.eviction_cooldown_seconds)),
+        ("Order", settings.eviction_order),
+        (
+            "Watermarks (disk)",
+            f"low {low:.0%}, high {high:.0%}, critical {critical:.0%}; sustain clock kept "
+            f"down to {high - capacity.EVICTION_HYSTERESIS:.0%}",
+        ),
+        (
+            "Nodes over high watermark",
+            _listing(
+                f"{n['name']} {n['percent_used'] * 100:.1f}% for "
+                f"{_duration(n['over_high_seconds'])}"
+                + ("" if n["over_high"] else " (under high, clock kept)")
+                + ("" if n["cooldown_until"] is None else f", cooling until {n['cooldown_until']}")
+                for n in over_high
+            ),
+        ),
+        (
+            "Nodes in cooldown",
+            _listing(
+                f"{n['name']} until {n['cooldown_until']} "
+                f"({_duration(n['cooldown_seconds_left'])} left)"
+                for n in cooling
+            ),
+        ),
+        ("Applied decisions", Counts(sum(applied.values()), applied)),
+        ("Namespaces affected", Counts(sum(affected.values()), affected)),
+        ("Skipped decisions", Counts(sum(skipped.values()), skipped)),
+    ]
+    recent = [
+        {
+            "id": row.id,
+            "created_at": _utc(row.created_at),
+            "last_seen_at": _utc(row.last_seen_at),
+            "repeats": row.repeats,
+            "node_id": row.node_id,
+            "node_name": row.node_name,
+            "trigger": row.trigger,
+            "mode": row.mode,
+            "reason": row.reason,
+            "applied": row.applied_at is not None,
+            "namespaces_affected": row.namespaces_affected,
+            "evicted_bytes": row.chosen_bytes,
+            "used_bytes": row.used_bytes,
+            "total_bytes": row.total_bytes,
+            "projected_used_bytes": row.projected_used_bytes,
+            "cooldown_ended_at": None
+            if row.cooldown_ended_at is None
+            else _utc(row.cooldown_ended_at),
+            "cooldown_end_reason": row.cooldown_end_reason,
+        }
+        for row in overview.recent
+    ]
+    data = {
+        "settings": {
+            "node_level_eviction_enabled": settings.node_level_eviction_enabled,
+            "node_eviction_safeguards": settings.node_eviction_safeguards,
+            "eviction_sustain_seconds": settings.eviction_sustain_seconds,
+            "eviction_cooldown_seconds": settings.eviction_cooldown_seconds,
+            "eviction_order": settings.eviction_order,
+            "watermarks": {"low": low, "high": high, "critical": critical},
+        },
+        "nodes_over_high_watermark": over_high,
+        "nodes_in_cooldown": cooling,
+        "applied": applied,
+        "namespaces_affected": affected,
+        "skipped": skipped,
+    }
+    return {"rows": rows, "data": data, "recent": recent}
+
+
+def _listing(items: Iterable[str]) -> str:
+    items = list(items)
+    return f"{len(items)} - {'; '.join(items)}" if items else "0"
+
+
 def _by(queryset, field: str, choices) -> Counts:
     rows = queryset.order_by().values(field).annotate(n=Count("pk")).values_list(field, "n")
     items: dict[str, int] = {}
@@ -467,6 +625,26 @@ def _ago(now: datetime, then: datetime) -> str:
             count = seconds // size
             return f"{count} {unit}{'s' if count != 1 else ''} ago"
     return f"{seconds} second{'s' if seconds != 1 else ''} ago"
+
+
+def _duration(seconds: int | None) -> str:
+    """``3 h 12 min``, ``2 d 4 h``, ``45 s``."""
+    if seconds is None:
+        return NEVER
+    days, rest = divmod(max(0, int(seconds)), 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days} d {hours} h" if hours else f"{days} d"
+    if hours:
+        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
+    if minutes:
+        return f"{minutes} min"
+    return f"{secs} s"
+
+
+def _percent(part: int | None, whole: int) -> str:
+    return "-" if part is None or not whole else f"{part / whole * 100:.1f}%"
 
 
 def _size(value: int | None) -> str:
