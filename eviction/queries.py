@@ -30,7 +30,7 @@ class EvictionOverview:
     #: (trigger, mode) → applied decisions, and the namespaces they affected.
     applied: dict[tuple[str, str], int]
     namespaces_affected: dict[tuple[str, str], int]
-    #: (trigger, reason) → skipped decisions (repeats folded in counted once each).
+    #: (trigger, reason) → skipped decisions, each repeat folded into a row counted.
     skipped: dict[tuple[str, str], int]
     nodes: list[NodeEvictionState]
     recent: list[EvictionDecision]
