@@ -2,7 +2,7 @@ from django.apps import AppConfig
 
 
 class DashboardConfig(AppConfig):
-    """The operator's read side; it has no tables of its own."""
+    """The operator's read side; its one table is the node history (``dashboard.models``)."""
 
     name = "dashboard"
     verbose_name = "Dashboard"

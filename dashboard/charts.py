@@ -8,7 +8,8 @@ picture of the figures, not their only source), and each shape carries a
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from datetime import UTC, datetime, timedelta
 
 from django.template.defaultfilters import filesizeformat
 from django.utils.html import escape
@@ -216,3 +217,178 @@ INDEX_STATE_COLOURS = {
     "orphaned": "#757575",
     "pending_deletion": "#c62828",
 }
+
+
+# ----------------------------------------------------------------------------
+# Time series (the node history, dashboard.history)
+# ----------------------------------------------------------------------------
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+#: Time axis marks: the first of these that gives at most eight marks (UTC-aligned).
+_TICK_STEPS = tuple(hours * 3600 for hours in (1, 3, 6, 12, 24, 48, 72, 168))
+
+#: ``(label, colour, [(time, value or None), ...] oldest first)``
+Series = tuple[str, str, Sequence[tuple[datetime, float | None]]]
+
+
+def _downsample(
+    points: Sequence[tuple[datetime, float | None]], start: datetime, end: datetime, columns: int
+) -> list[tuple[datetime, float]]:
+    """At most one point per pixel column: the column's peak, at its last sample's time.
+
+    Peaks, not means, so a short spike over a watermark still shows.
+    """
+    span = (end - start).total_seconds() or 1.0
+    peaks: dict[int, tuple[datetime, float]] = {}
+    for at, value in points:
+        if value is None:
+            continue
+        column = min(int((at - start).total_seconds() / span * columns), columns - 1)
+        previous = peaks.get(column)
+        peaks[column] = (at, value if previous is None else max(previous[1], value))
+    return [peaks[column] for column in sorted(peaks)]
+
+
+def _path(
+    points: Sequence[tuple[datetime, float]],
+    x: Callable[[datetime], float],
+    y: Callable[[float], float],
+    gap_seconds: float,
+) -> str:
+    """An SVG path through the points, lifted over gaps longer than ``gap_seconds``."""
+    parts = []
+    previous: datetime | None = None
+    for at, value in points:
+        jump = previous is None or (at - previous).total_seconds() > gap_seconds
+        parts.append(f"{'M' if jump else 'L'}{x(at):.1f},{y(value):.1f}")
+        previous = at
+    return " ".join(parts)
+
+
+def time_series(
+    series: Sequence[Series],
+    *,
+    start: datetime,
+    end: datetime,
+    y_max: float,
+    y_label: Callable[[float], str],
+    gap_seconds: float,
+    guides: Sequence[tuple[float, str, str]] = (),
+    label: str,
+    width: int = 720,
+    height: int = 160,
+) -> SafeString:
+    """Lines over time between ``start`` and ``end``, on a y axis from 0 to ``y_max``.
+
+    Each series is downsampled to its peak per pixel column and broken where
+    no sample came for ``gap_seconds`` (the node was offline or nothing
+    sampled). ``guides`` are dashed horizontal lines ``(value, colour,
+    title)``, the watermarks say. The x axis is marked at UTC midnights (at
+    most about eight labels), the y axis at 0, half and ``y_max``.
+    """
+    left, right, top, bottom = 64, 8, 6, 18
+    plot_w, plot_h = width - left - right, height - top - bottom
+    span = (end - start).total_seconds() or 1.0
+    y_max = y_max if y_max > 0 else 1.0
+
+    def x(at: datetime) -> float:
+        return left + (at - start).total_seconds() / span * plot_w
+
+    def y(value: float) -> float:
+        return top + plot_h - min(max(value / y_max, 0.0), 1.0) * plot_h
+
+    body = [
+        _rect(left, top, plot_w, plot_h, "#fafafa", f"{start:%Y-%m-%d %H:%M} to {end:%H:%M} UTC")
+    ]
+    for fraction in (0.0, 0.5, 1.0):
+        value = y_max * fraction
+        body.append(
+            f'<line x1="{left}" y1="{y(value):.1f}" x2="{left + plot_w}" y2="{y(value):.1f}" '
+            'stroke="#e0e0e0" stroke-width="1"/>'
+            f'<text x="{left - 4}" y="{y(value) + 4:.1f}" font-size="10" fill="#555" '
+            f'text-anchor="end">{escape(y_label(value))}</text>'
+        )
+    hour = 3600
+    step = next((step for step in _TICK_STEPS if span / step <= 8), _TICK_STEPS[-1])
+    tick_format = "%H:%M" if step < 24 * hour else "%m-%d"
+    epoch_seconds = (start - _EPOCH).total_seconds()
+    tick = _EPOCH + timedelta(seconds=(epoch_seconds // step + 1) * step)
+    while tick < end:
+        body.append(
+            f'<line x1="{x(tick):.1f}" y1="{top}" x2="{x(tick):.1f}" '
+            f'y2="{top + plot_h}" stroke="#e0e0e0" stroke-width="1"/>'
+            f'<text x="{x(tick):.1f}" y="{height - 4}" font-size="10" fill="#555" '
+            f'text-anchor="middle">{tick.strftime(tick_format)}</text>'
+        )
+        tick += timedelta(seconds=step)
+    for value, colour, title in guides:
+        body.append(
+            f'<line x1="{left}" y1="{y(value):.1f}" x2="{left + plot_w}" y2="{y(value):.1f}" '
+            f'stroke="{colour}" stroke-width="1.5" stroke-dasharray="3,2">'
+            f"<title>{escape(title)}</title></line>"
+        )
+    # Neighbouring pixel columns can be two columns' time apart: no gap at that scale.
+    gap_seconds = max(gap_seconds, 2 * span / plot_w)
+    for name, colour, points in series:
+        drawn = _downsample(points, start, end, plot_w)
+        if not drawn:
+            continue
+        peak = max(value for _, value in drawn)
+        last_at, last = drawn[-1]
+        title = f"{name}: last {y_label(last)} ({last_at:%m-%d %H:%M}), peak {y_label(peak)}"
+        body.append(
+            f'<path d="{_path(drawn, x, y, gap_seconds)}" fill="none" stroke="{colour}" '
+            f'stroke-width="1.5" stroke-linejoin="round" data-series="{escape(name)}">'
+            f"<title>{escape(title)}</title></path>"
+        )
+        if len(drawn) == 1 or (
+            len(drawn) > 1 and (last_at - drawn[-2][0]).total_seconds() > gap_seconds
+        ):
+            # A lone point draws no line: mark it.
+            body.append(
+                f'<circle cx="{x(last_at):.1f}" cy="{y(last):.1f}" r="2" fill="{colour}">'
+                f"<title>{escape(title)}</title></circle>"
+            )
+    return _svg(width, height, label, body, "chart history")
+
+
+def sparkline(
+    points: Sequence[tuple[datetime, float]],
+    *,
+    start: datetime,
+    end: datetime,
+    y_max: float = 1.0,
+    limit: float | None = None,
+    gap_seconds: float = 2 * 3600,
+    width: int = 80,
+    height: int = 16,
+    label: str,
+) -> SafeString:
+    """A small line of one figure over time (the fleet page's disk share over a day).
+
+    ``limit`` is drawn as a dashed line (the high watermark). No axes: the
+    tooltip and the table beside it carry the figures.
+    """
+    span = (end - start).total_seconds() or 1.0
+
+    def x(at: datetime) -> float:
+        return (at - start).total_seconds() / span * (width - 2) + 1
+
+    def y(value: float) -> float:
+        return height - 1 - min(max(value / y_max, 0.0), 1.0) * (height - 2)
+
+    body = [_rect(0, 0, width, height, FREE, label)]
+    if limit is not None:
+        body.append(
+            f'<line x1="0" y1="{y(limit):.1f}" x2="{width}" y2="{y(limit):.1f}" '
+            f'stroke="{WATERMARK_COLOURS[1]}" stroke-width="1" stroke-dasharray="2,2"/>'
+        )
+    if points:
+        body.append(
+            f'<path d="{_path(points, x, y, gap_seconds)}" fill="none" stroke="{INDEXED}" '
+            f'stroke-width="1.2"><title>{escape(label)}</title></path>'
+        )
+        if len(points) == 1:
+            at, value = points[0]
+            body.append(f'<circle cx="{x(at):.1f}" cy="{y(value):.1f}" r="1.5" fill="{INDEXED}"/>')
+    return _svg(width, height, label, body, "chart sparkline")

@@ -21,7 +21,7 @@ from django.template.response import TemplateResponse
 from django.urls import path
 from django.utils.safestring import SafeString
 
-from dashboard import charts, readmodels
+from dashboard import charts, history, readmodels
 from zoekt.admin import human_bytes
 
 PAGES = (
@@ -143,6 +143,78 @@ def fleet(request: HttpRequest) -> HttpResponse:
             ]
         ),
         memory_scale=human_bytes(scale),
+        disk_sparklines=history.disk_sparklines(
+            now=overview.now, high_watermark=overview.watermark_limits[1]
+        ),
+    )
+
+
+def node(request: HttpRequest, node_id: int) -> HttpResponse:
+    """One node's history (``dashboard.history``): disk share, and RSS against the estimate."""
+    detail = history.node_history(node_id)
+    if detail is None:
+        raise Http404("no such node")
+    limits = detail.watermark_limits
+    samples = detail.samples
+    gap = 2.5 * history.SAMPLE_INTERVAL_SECONDS
+    disk = charts.time_series(
+        [("disk used", charts.INDEXED, [(s.sampled_at, s.storage_percent_used) for s in samples])],
+        start=detail.chart_start,
+        end=detail.now,
+        y_max=1.0,
+        y_label=lambda value: f"{value:.0%}",
+        gap_seconds=gap,
+        guides=[
+            (limit, colour, f"{name} watermark {limit:.0%}")
+            for limit, colour, name in zip(
+                limits, charts.WATERMARK_COLOURS, ("low", "high", "critical"), strict=False
+            )
+        ],
+        label=f"disk used by {detail.name} over the last {history.RETENTION_SECONDS // 86400} days",
+    )
+    memory_series = [
+        ("RSS", charts.OBSERVED, [(s.sampled_at, s.rss_bytes) for s in samples]),
+        (
+            "estimated",
+            charts.ESTIMATED,
+            [(s.sampled_at, s.estimated_memory_bytes) for s in samples],
+        ),
+        ("budget", charts.BUDGET, [(s.sampled_at, s.memory_budget_bytes) for s in samples]),
+    ]
+    memory_max = max(
+        (value for _, _, points in memory_series for _, value in points if value is not None),
+        default=0,
+    )
+    memory = charts.time_series(
+        memory_series,
+        start=detail.chart_start,
+        end=detail.now,
+        y_max=memory_max * 1.05,
+        y_label=lambda value: human_bytes(int(value)),
+        gap_seconds=gap,
+        label=f"memory of {detail.name}: RSS, estimate and budget",
+    )
+    return _render(
+        request,
+        "node_detail.html",
+        "fleet",
+        f"Node {detail.name}",
+        detail=detail,
+        disk_chart=disk,
+        memory_chart=memory,
+        disk_legend=charts.legend(
+            [(charts.INDEXED, "disk used ÷ total (peak per pixel)")],
+            line="dashed lines: watermarks " + " / ".join(f"{limit:.0%}" for limit in limits),
+        ),
+        memory_legend=charts.legend(
+            [
+                (charts.OBSERVED, "observed webserver RSS"),
+                (charts.ESTIMATED, "estimated (repository size × memory ratio)"),
+                (charts.BUDGET, "budget"),
+            ]
+        ),
+        interval_minutes=history.SAMPLE_INTERVAL_SECONDS // 60,
+        retention_days=history.RETENTION_SECONDS // 86400,
     )
 
 
@@ -237,6 +309,7 @@ def urls() -> list:
     view = admin.site.admin_view
     return [
         path("", view(fleet), name="dashboard-fleet"),
+        path("nodes/<int:node_id>/", view(node), name="dashboard-node"),
         path("plans/", view(plans), name="dashboard-plans"),
         path("plans/<int:plan_id>/", view(plan), name="dashboard-plan"),
         path("namespaces/", view(namespaces), name="dashboard-namespaces"),

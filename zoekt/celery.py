@@ -12,6 +12,7 @@ import os
 from celery import Celery
 from celery.signals import task_postrun, task_prerun
 
+from dashboard.beat import DASHBOARD_BEAT
 from zoekt import jobmetrics
 from zoekt.scheduling.beat import SCHEDULING_BEAT
 
@@ -19,7 +20,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "zoekt.settings")
 
 app = Celery("zoekt")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks(["zoekt", "zoekt.scheduling", "planner", "eviction"])
+app.autodiscover_tasks(["zoekt", "zoekt.scheduling", "planner", "eviction", "dashboard"])
 
 # Every job run is timed for /metrics (zoekt.jobmetrics).
 task_prerun.connect(jobmetrics.on_prerun, weak=False)
@@ -53,4 +54,5 @@ BEAT_SCHEDULE = {
     },
 }
 BEAT_SCHEDULE.update(SCHEDULING_BEAT)
+BEAT_SCHEDULE.update(DASHBOARD_BEAT)
 app.conf.beat_schedule = BEAT_SCHEDULE
