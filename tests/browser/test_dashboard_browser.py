@@ -14,6 +14,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.contrib.auth.models import Permission, User
 
+from dashboard import history
+from dashboard.models import NodeSample
 from eviction import actions as eviction
 from eviction.models import EvictionDecision
 from planner.models import RolloutPlan
@@ -70,6 +72,24 @@ def seed() -> dict:
     decisions = list(EvictionDecision.objects.order_by("-last_seen_at", "-id"))
     hot.refresh_from_db()
 
+    # Two days of node history for zoekt-0, disk use rising, RSS swinging around the estimate.
+    sampled = fleet.nodes[0]
+    last = history.bucket(clock.now())
+    steps = 2 * 24 * 3600 // history.SAMPLE_INTERVAL_SECONDS
+    NodeSample.objects.bulk_create(
+        NodeSample(
+            node=sampled,
+            sampled_at=last - timedelta(seconds=history.SAMPLE_INTERVAL_SECONDS * (steps - i)),
+            used_bytes=(20 + 50 * i // steps) * GIB,
+            total_bytes=100 * GIB,
+            indexed_bytes=5 * GIB,
+            rss_bytes=(2 + (i // 24) % 3) * GIB,
+            estimated_memory_bytes=3 * GIB,
+            memory_budget_bytes=8 * GIB,
+        )
+        for i in range(steps + 1)
+    )
+
     user = User.objects.create_user("operator", password=PASSWORD, is_staff=True)
     user.user_permissions.set(Permission.objects.filter(codename__startswith="view_"))
 
@@ -112,6 +132,9 @@ def seed() -> dict:
         "over_high": [waiting.name, hot.name],
         "cooling": [hot.name],
         "cooling_until": f"{hot.eviction_cooldown_until:%Y-%m-%d %H:%M}",
+        "sampled_node": sampled.name,
+        "sampled_node_id": sampled.id,
+        "samples": str(steps + 1),
         "decisions": [
             {
                 "id": d.id,
@@ -233,6 +256,21 @@ def test_operator_reads_every_dashboard_page(browser_ready, live_server, tmp_pat
             assert text(page, f"{row} td.namespaces") == decision["namespaces"]
         screenshot(page, tmp_path, "dashboard-evictions")
 
+        # --- one node's history ----------------------------------------------------
+        page.click(".dashboard-tabs a[data-page=fleet]")
+        page.wait_for_url(f"{base}/admin/dashboard/")
+        row = f"#nodes tr[data-node-name='{expected['sampled_node']}']"
+        assert page.locator(f"{row} svg.chart.sparkline path").count() == 1
+        page.click(f"{row} td.name a")
+        page.wait_for_url(f"{base}/admin/dashboard/nodes/{expected['sampled_node_id']}/")
+        assert text(page, "[data-figure=samples] .value") == expected["samples"]
+        assert text(page, "[data-figure=disk] .value") == "70.0%"
+        assert page.locator("#disk-history svg path[data-series='disk used']").count() == 1
+        for series in ("RSS", "estimated", "budget"):
+            assert page.locator(f"#memory-history svg path[data-series='{series}']").count() == 1
+        assert page.locator("#days tbody tr").count() == 3
+        screenshot(page, tmp_path, "dashboard-node")
+
     # Every candidate was too small for the monorepo: each is named with its reason.
     assert "insufficient unclaimed storage" in seen["too_big_candidates"]
     for name in expected["detail_nodes"]:
@@ -240,7 +278,7 @@ def test_operator_reads_every_dashboard_page(browser_ready, live_server, tmp_pat
     assert seen["search"] == "searchable"
     # Set 3 h 12 min before the seed; the browser reads it a few seconds or minutes later.
     assert seen["waiting_clock"].startswith("3 h 1")
-    for name in ("fleet", "plans", "plan", "namespaces", "namespace", "evictions"):
+    for name in ("fleet", "plans", "plan", "namespaces", "namespace", "evictions", "node"):
         assert (tmp_path / f"dashboard-{name}.png").stat().st_size > 10_000
     # A test run leaves the checkout as it was; `make screenshots` refreshes the docs.
     if not refreshing():
