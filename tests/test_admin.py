@@ -522,6 +522,7 @@ def test_settings_changelist_goes_to_the_single_row(admin_client):
     assert page.status_code == 200
     assert [name for name, _ in page.context["adminform"].fieldsets] == [
         "Indexing",
+        "Eviction",
         "Search",
         "Rollout",
         "Memory",

@@ -299,8 +299,17 @@ def test_last_used_storage_bytes_is_the_largest_replica_sum():
     assert enabled.metadata == {"rollout_required_storage_bytes": 5, "last_used_storage_bytes": 300}
 
 
-def test_last_used_storage_bytes_is_0_without_replicas():
-    enabled = EnabledNamespaceFactory(metadata={"last_used_storage_bytes": 999})
+def test_last_used_storage_bytes_is_0_without_replicas_when_none_was_recorded():
+    enabled = EnabledNamespaceFactory(metadata={})
     assert enabled.update_last_used_storage_bytes() == 0
     enabled.refresh_from_db()
     assert enabled.metadata == {"last_used_storage_bytes": 0}
+
+
+def test_an_evicted_namespace_keeps_its_recorded_last_used_storage_bytes():
+    # Its indices left their replica: a repeated eviction run must not write 0 over
+    # what was recorded while it still had them (docs/eviction.md).
+    enabled = EnabledNamespaceFactory(metadata={"last_used_storage_bytes": 999})
+    assert enabled.update_last_used_storage_bytes() == 999
+    enabled.refresh_from_db()
+    assert enabled.metadata == {"last_used_storage_bytes": 999}
