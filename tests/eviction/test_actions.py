@@ -12,16 +12,14 @@ from eviction import actions as eviction
 from eviction import policy
 from eviction.models import EvictionDecision
 from planner.selection import SelectionService
+from tests.eviction.conftest import beat, ready_namespace
 from tests.factories import (
     GIB,
-    EnabledNamespaceFactory,
-    GroupFactory,
     IndexFactory,
     NodeFactory,
-    ReplicaFactory,
 )
-from zoekt import actions, app_settings, clock
-from zoekt.models import EnabledNamespace, Index, Node, Replica
+from zoekt import app_settings, clock
+from zoekt.models import Index, Node, Replica
 from zoekt.reasons import Reason
 from zoekt.search_targets import search_targets
 
@@ -30,51 +28,6 @@ pytestmark = pytest.mark.django_db
 set_setting = app_settings.update
 I = Index.State  # noqa: E741
 HOUR = 3600
-
-
-@pytest.fixture(autouse=True)
-def _eviction_on(db):
-    set_setting(
-        zoekt_node_level_eviction_enabled=True,
-        zoekt_indexing_enabled=True,
-        zoekt_search_enabled=True,
-    )
-
-
-def beat(node: Node, used_bytes: int, *, seconds: float = 5) -> Node:
-    """One heartbeat through the real upsert, ``seconds`` after the last one."""
-    clock.advance(seconds)
-    actions.do_record_heartbeat(
-        node.uuid,
-        {
-            "node.name": node.name,
-            "node.url": node.index_base_url,
-            "disk.all": node.total_bytes,
-            "disk.used": used_bytes,
-            "disk.indexed": used_bytes,
-        },
-    )
-    node.refresh_from_db()
-    return node
-
-
-def ready_namespace(
-    node: Node, used_bytes: int, *, also_on: Node | None = None
-) -> EnabledNamespace:
-    """An enabled namespace with a ready replica on ``node`` (and another on ``also_on``)."""
-    enabled = EnabledNamespaceFactory(root_namespace=GroupFactory())
-    for where in (node, also_on):
-        if where is None:
-            continue
-        replica = ReplicaFactory(zoekt_enabled_namespace=enabled, state=Replica.State.READY)
-        IndexFactory(
-            zoekt_replica=replica,
-            zoekt_node=where,
-            state=I.READY,
-            used_storage_bytes=used_bytes,
-            reserved_storage_bytes=used_bytes,
-        )
-    return enabled
 
 
 # --- the sustain clock ------------------------------------------------------------------------

@@ -18,59 +18,18 @@ from prometheus_client.parser import text_string_to_metric_families
 from eviction import actions as eviction
 from eviction.models import EvictionDecision
 from tests.dashboard.test_pages import cell, page_text, row_html
+from tests.eviction.conftest import beat, ready_namespace
 from tests.factories import (
     GIB,
-    EnabledNamespaceFactory,
-    GroupFactory,
-    IndexFactory,
     NodeFactory,
-    ReplicaFactory,
 )
-from zoekt import actions, app_settings, clock
-from zoekt.models import Index, Node, Replica
+from zoekt import app_settings, clock
+from zoekt.models import Index
 from zoekt.reasons import Reason
 
 pytestmark = pytest.mark.django_db
 
 HOUR = 3600
-
-
-@pytest.fixture(autouse=True)
-def _eviction_on(db):
-    app_settings.update(
-        zoekt_node_level_eviction_enabled=True,
-        zoekt_indexing_enabled=True,
-        zoekt_search_enabled=True,
-    )
-
-
-def beat(node: Node, used_bytes: int, *, seconds: float = 5) -> Node:
-    """One heartbeat through the real upsert, ``seconds`` after the last one."""
-    clock.advance(seconds)
-    actions.do_record_heartbeat(
-        node.uuid,
-        {
-            "node.name": node.name,
-            "node.url": node.index_base_url,
-            "disk.all": node.total_bytes,
-            "disk.used": used_bytes,
-            "disk.indexed": used_bytes,
-        },
-    )
-    node.refresh_from_db()
-    return node
-
-
-def ready_namespace(node: Node, used_bytes: int) -> None:
-    enabled = EnabledNamespaceFactory(root_namespace=GroupFactory())
-    replica = ReplicaFactory(zoekt_enabled_namespace=enabled, state=Replica.State.READY)
-    IndexFactory(
-        zoekt_replica=replica,
-        zoekt_node=node,
-        state=Index.State.READY,
-        used_storage_bytes=used_bytes,
-        reserved_storage_bytes=used_bytes,
-    )
 
 
 @pytest.fixture

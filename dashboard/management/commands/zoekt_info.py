@@ -35,6 +35,7 @@ from django.conf import settings as django_settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db.models import Count, Sum
 
+from dashboard.templatetags.zoekt_dashboard import duration
 from eviction.queries import EvictionOverview, eviction_overview
 from planner.core import CONCURRENCY_FACTOR
 from zoekt import app_settings, capacity, clock, memory
@@ -628,19 +629,8 @@ def _ago(now: datetime, then: datetime) -> str:
 
 
 def _duration(seconds: int | None) -> str:
-    """``3 h 12 min``, ``2 d 4 h``, ``45 s``."""
-    if seconds is None:
-        return NEVER
-    days, rest = divmod(max(0, int(seconds)), 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    if days:
-        return f"{days} d {hours} h" if hours else f"{days} d"
-    if hours:
-        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
-    if minutes:
-        return f"{minutes} min"
-    return f"{secs} s"
+    """``3 h 12 min``, ``2 d 4 h``, ``45 s``: the dashboard's form."""
+    return NEVER if seconds is None else duration(seconds)
 
 
 def _percent(part: int | None, whole: int) -> str:

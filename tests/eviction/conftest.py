@@ -1,0 +1,54 @@
+"""What the eviction tests share: eviction switched on, heartbeats, namespaces on nodes."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.factories import EnabledNamespaceFactory, GroupFactory, IndexFactory, ReplicaFactory
+from zoekt import actions, app_settings, clock
+from zoekt.models import EnabledNamespace, Index, Node, Replica
+
+
+@pytest.fixture(autouse=True)
+def _eviction_on(db):
+    app_settings.update(
+        zoekt_node_level_eviction_enabled=True,
+        zoekt_indexing_enabled=True,
+        zoekt_search_enabled=True,
+    )
+
+
+def beat(node: Node, used_bytes: int, *, seconds: float = 5) -> Node:
+    """One heartbeat through the real upsert, ``seconds`` after the last one."""
+    clock.advance(seconds)
+    actions.do_record_heartbeat(
+        node.uuid,
+        {
+            "node.name": node.name,
+            "node.url": node.index_base_url,
+            "disk.all": node.total_bytes,
+            "disk.used": used_bytes,
+            "disk.indexed": used_bytes,
+        },
+    )
+    node.refresh_from_db()
+    return node
+
+
+def ready_namespace(
+    node: Node, used_bytes: int, *, also_on: Node | None = None
+) -> EnabledNamespace:
+    """An enabled namespace with a ready replica on ``node`` (and another on ``also_on``)."""
+    enabled = EnabledNamespaceFactory(root_namespace=GroupFactory())
+    for where in (node, also_on):
+        if where is None:
+            continue
+        replica = ReplicaFactory(zoekt_enabled_namespace=enabled, state=Replica.State.READY)
+        IndexFactory(
+            zoekt_replica=replica,
+            zoekt_node=where,
+            state=Index.State.READY,
+            used_storage_bytes=used_bytes,
+            reserved_storage_bytes=used_bytes,
+        )
+    return enabled
