@@ -11,9 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 
-from django.template.defaultfilters import filesizeformat
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
+
+from zoekt.units import binary_size
 
 # Colours: the admin's palette plus the watermark colours of zoekt.admin.
 OTHER_USED = "#9e9e9e"  # disk used by anything but Zoekt's index files
@@ -29,11 +30,7 @@ WATERMARK_COLOURS = ("#b8860b", "#e65100", "#c62828")  # low, high, critical
 
 
 def _bytes(value: int | None) -> str:
-    if value is None:
-        return "-"
-    if value < 0:
-        return f"-{filesizeformat(-value)}"
-    return filesizeformat(value)
+    return "-" if value is None else binary_size(value)
 
 
 def _pct(ratio: float) -> str:

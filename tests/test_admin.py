@@ -183,7 +183,7 @@ def test_node_changelist_shows_computed_columns(admin_client, now):
     assert "10.0%" in stale_row
     assert ">normal<" in stale_row
     assert 'alt="False"' in stale_row
-    assert human_bytes(-10 * GIB) == "-10.0\xa0GB"
+    assert human_bytes(-10 * GIB) == "-10.0\xa0GiB"
     assert human_bytes(-10 * GIB) in stale_row
     assert f'title="{-10 * GIB} bytes"' in stale_row
     index_link = f"{url(Index, 'changelist')}?zoekt_node__id__exact={stale.pk}"
@@ -608,10 +608,10 @@ def test_settings_reject_an_invalid_value(admin_client, field, value):
         (None, "-"),
         (0, "0\xa0bytes"),
         (1023, "1023\xa0bytes"),
-        (1024, "1.0\xa0KB"),
-        (int(1.5 * GIB), "1.5\xa0GB"),
-        (-1024, "-1.0\xa0KB"),
-        (-10 * GIB, "-10.0\xa0GB"),
+        (1024, "1.0\xa0KiB"),
+        (int(1.5 * GIB), "1.5\xa0GiB"),
+        (-1024, "-1.0\xa0KiB"),
+        (-10 * GIB, "-10.0\xa0GiB"),
     ],
 )
 def test_human_bytes(value, expected):

@@ -32,7 +32,6 @@ from django.db.models import Case, Count, F, FloatField, Q, Value, When
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast
 from django.shortcuts import redirect
-from django.template.defaultfilters import filesizeformat
 from django.urls import reverse
 from django.utils.html import format_html
 
@@ -53,6 +52,7 @@ from zoekt.models import (
     Repository,
     Task,
 )
+from zoekt.units import binary_size
 
 admin.site.site_header = "zoekt-control"
 admin.site.site_title = "zoekt-control admin"
@@ -68,13 +68,10 @@ TIMESTAMPS = ("created_at", "updated_at")
 
 
 def human_bytes(value: int | None) -> str:
-    """A byte count as ``1.5 GB`` (binary units); negative counts keep their sign."""
+    """A byte count as ``1.5 GiB``; negative counts keep their sign; ``-`` for None."""
     if value is None:
         return EMPTY
-    value = int(value)
-    if value < 0:
-        return f"-{filesizeformat(-value)}"
-    return filesizeformat(value)
+    return binary_size(value)
 
 
 def bytes_cell(value: int | None) -> str:

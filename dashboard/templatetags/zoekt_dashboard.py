@@ -11,7 +11,7 @@ register = template.Library()
 
 @register.filter(name="bytes")
 def bytes_filter(value: int | None) -> str:
-    """``1.5 GB`` (binary units), ``-`` for None."""
+    """``1.5 GiB`` (binary units), ``-`` for None."""
     return human_bytes(value)
 
 

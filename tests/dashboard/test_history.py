@@ -217,7 +217,7 @@ def test_the_node_page_draws_disk_and_memory_over_the_retained_period(admin_clie
     assert re.search(r'<path d="M[^M"]+"[^>]*data-series="disk used"', disk)
     for name in ("RSS", "estimated", "budget"):
         assert f'data-series="{name}"' in mem
-    assert "estimated: last 3.0\u00a0GB" in mem or "estimated: last 3.0 GB" in mem
+    assert "estimated: last 3.0\u00a0GiB" in mem
     # the figures beside the chart: the latest sample and one row per day
     assert "80.0%" in re.search(r'data-figure="disk".*?</div>', html, re.S).group(0)
     assert len(re.findall(r'<tr data-day="', html)) == 3

@@ -138,8 +138,8 @@ def test_fleet_page_shows_the_configured_memory_budget(admin_client, now):
     metadata = {**node.metadata, "process_health": {"webserver": {"rss_bytes": GIB}}}
     Node.objects.filter(pk=node.pk).update(metadata=metadata)
     response = admin_client.get(reverse("dashboard-fleet"))
-    assert cell(row_html(response, "data-node-id", node.id), "budget").startswith("16.0 GB")
-    assert "16.0 GB memory budget per node (setting)" in page_text(response)
+    assert cell(row_html(response, "data-node-id", node.id), "budget").startswith("16.0 GiB")
+    assert "16.0 GiB memory budget per node (setting)" in page_text(response)
 
 
 def test_fleet_page_says_not_reported_for_a_node_without_process_health(admin_client, now):

@@ -130,7 +130,7 @@ def test_the_evictions_page_lists_every_decision_newest_first(admin_client, evic
     assert cell(row, "reason") == "eviction critical watermark"
     assert cell(row, "verdict") == "applied"
     assert cell(row, "namespaces") == "1"
-    assert cell(row, "evicted") == "30.0 GB"
+    assert cell(row, "evicted") == "30.0 GiB"
     assert cell(row, "projected") == "86.0% → 56.0%"
     until = evicted["hot"].eviction_cooldown_until
     assert cell(row, "cooldown") == f"until {until:%Y-%m-%d %H:%M}"

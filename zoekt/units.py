@@ -1,0 +1,25 @@
+"""Byte counts as people read them, in binary units labelled as such (KiB, MiB, GiB...)."""
+
+from __future__ import annotations
+
+_UNITS = ("KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
+_NBSP = "\u00a0"
+
+
+def binary_size(value: int | float) -> str:
+    """``1.5 GiB``, ``512.0 MiB``, ``100 bytes``, ``1 byte``; negative counts keep their sign.
+
+    One decimal from KiB up; number and unit are joined by a no-break space
+    so a table cell never wraps between them.
+    """
+    value = int(value)
+    if value < 0:
+        return "-" + binary_size(-value)
+    if value < 1024:
+        return f"{value}{_NBSP}{'byte' if value == 1 else 'bytes'}"
+    size = float(value)
+    for unit in _UNITS:
+        size /= 1024
+        if size < 1024 or unit == _UNITS[-1]:
+            return f"{size:.1f}{_NBSP}{unit}"
+    raise AssertionError("unreachable")
