@@ -6,3 +6,8 @@ class DashboardConfig(AppConfig):
 
     name = "dashboard"
     verbose_name = "Dashboard"
+
+    def ready(self) -> None:
+        # ``dashboard.record_node_history`` runs from beat by name: the task module is
+        # imported in every process, so the name is registered outside a worker too.
+        from dashboard import tasks  # noqa: F401

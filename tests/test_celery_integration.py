@@ -116,3 +116,30 @@ def test_worker_and_beat_run_a_periodic_task_whose_effect_reaches_the_database(t
     # The entries declared in code were stored in the database by the beat.
     stored = set(PeriodicTask.objects.values_list("name", flat=True))
     assert set(BEAT_SCHEDULE) <= stored, stored
+
+
+def test_every_task_dispatched_by_name_is_registered_in_a_plain_django_process():
+    """A web server, a replay or a management command is not a worker: Celery's
+    autodiscovery has not run there, yet eager dispatch and ``apply_async`` by name
+    look the task up in the registry. The apps register their task modules."""
+    script = (
+        "import django, json\n"
+        "django.setup()\n"
+        "from celery import current_app\n"
+        "from zoekt import hooks\n"
+        "from zoekt.celery import BEAT_SCHEDULE\n"
+        "from zoekt.scheduling.events import EVICTION_EVENTS\n"
+        "names = set(EVICTION_EVENTS.values())\n"
+        "names |= {entry['task'] for entry in BEAT_SCHEDULE.values()}\n"
+        "names |= {hooks.HANDLE_TASK_FAILED, hooks.INDEX_PROJECT}\n"
+        "print(json.dumps(sorted(names - set(current_app.tasks))))\n"
+        "print(len(names))\n"
+    )
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "zoekt.settings"}
+    out = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    missing, count = out.stdout.strip().splitlines()
+    assert missing == "[]"
+    assert int(count) >= 10
