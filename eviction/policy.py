@@ -235,6 +235,22 @@ def _node_level_legacy(
     )
 
 
+def _pressure(node: NodeState, policy: Policy, now: datetime) -> tuple[str | None, int | None]:
+    """Whether the safeguards let a node be evicted from now, and how long it has been
+    over the high watermark: ``critical`` at once, ``sustained`` after the sustain
+    period, else None (a transient spike waits)."""
+    over_seconds = (
+        None
+        if node.high_watermark_exceeded_at is None
+        else max(0, int((now - node.high_watermark_exceeded_at).total_seconds()))
+    )
+    if node.percent_used >= policy.critical:
+        return Reason.EVICTION_CRITICAL_WATERMARK, over_seconds
+    if over_seconds is not None and over_seconds >= policy.sustain_seconds:
+        return Reason.EVICTION_SUSTAINED_OVER_HIGH_WATERMARK, over_seconds
+    return None, over_seconds
+
+
 def _node_level_safeguarded(
     node: NodeState,
     rows: list[IndexRow],
@@ -251,16 +267,8 @@ def _node_level_safeguarded(
             Reason.EVICTION_NODE_COOLING_DOWN,
             cooldown_until=node.cooldown_until.isoformat(),
         )
-    over_seconds = (
-        None
-        if node.high_watermark_exceeded_at is None
-        else max(0, int((now - node.high_watermark_exceeded_at).total_seconds()))
-    )
-    if node.percent_used >= policy.critical:
-        reason = Reason.EVICTION_CRITICAL_WATERMARK
-    elif over_seconds is not None and over_seconds >= policy.sustain_seconds:
-        reason = Reason.EVICTION_SUSTAINED_OVER_HIGH_WATERMARK
-    else:
+    reason, over_seconds = _pressure(node, policy, now)
+    if reason is None:
         return _skip(
             node,
             NODE_LEVEL,
@@ -445,8 +453,9 @@ def negative_unclaimed(
     Legacy (GitLab's worker): the node's indices not already pending
     eviction, in id order, until their positive reservations cover the
     shortfall (at most ``limit``). With the safeguards (GitLab's MR 266206
-    and ours): nodes under the high watermark and cooling nodes are skipped;
-    among ready indices, the smallest whose reservation alone covers the
+    and ours): nodes under the high watermark, nodes over it for less than the
+    sustain period (and under critical) and cooling nodes are skipped; among
+    ready indices, the smallest whose reservation alone covers the
     shortfall, else the largest first until it is covered.
     """
     by_node: dict[int, list[IndexRow]] = {}
@@ -458,6 +467,7 @@ def negative_unclaimed(
             continue
         shortfall = -node.unclaimed_storage_bytes
         rows = sorted(by_node.get(node.id, []), key=lambda r: r.id)
+        pressure = None
         if not policy.safeguards:
             chosen: list[Chosen] = []
             covered = 0
@@ -490,6 +500,38 @@ def negative_unclaimed(
                         SAFEGUARDS,
                         Reason.EVICTION_NODE_COOLING_DOWN,
                         cooldown_until=node.cooldown_until.isoformat(),
+                        shortfall_bytes=shortfall,
+                    )
+                )
+                continue
+            pressure, over_seconds = _pressure(node, policy, now)
+            if pressure is None:
+                # A shortfall that a transient spike caused (less free disk, the same
+                # reservations) waits for the sustain period like node-level eviction.
+                out.append(
+                    _skip(
+                        node,
+                        NEGATIVE_UNCLAIMED,
+                        SAFEGUARDS,
+                        Reason.EVICTION_SUSTAIN_NOT_REACHED,
+                        over_high_watermark_seconds=over_seconds or 0,
+                        sustain_seconds=policy.sustain_seconds,
+                        shortfall_bytes=shortfall,
+                    )
+                )
+                continue
+            pressure, over_seconds = _pressure(node, policy, now)
+            if pressure is None:
+                # A shortfall that a transient spike caused (less free disk, the same
+                # reservations) waits for the sustain period like node-level eviction.
+                out.append(
+                    _skip(
+                        node,
+                        NEGATIVE_UNCLAIMED,
+                        SAFEGUARDS,
+                        Reason.EVICTION_SUSTAIN_NOT_REACHED,
+                        over_high_watermark_seconds=over_seconds or 0,
+                        sustain_seconds=policy.sustain_seconds,
                         shortfall_bytes=shortfall,
                     )
                 )
@@ -531,7 +573,11 @@ def negative_unclaimed(
                 node.total_bytes,
                 chosen=tuple(chosen),
                 projected_used_bytes=node.used_bytes - sum(c.used_storage_bytes for c in chosen),
-                details={"shortfall_bytes": shortfall, "reserved_bytes_covered": covered},
+                details={
+                    "shortfall_bytes": shortfall,
+                    "reserved_bytes_covered": covered,
+                    **({"pressure": pressure} if pressure else {}),
+                },
             )
         )
     return out

@@ -209,6 +209,7 @@ class Replay:
         self._last_traffic: float | None = None
         self._rollout_again = False
         self._stack = contextlib.ExitStack()
+        self._watchers: list[Callable[[Replay], None]] = []
 
     # --- set-up -------------------------------------------------------------------------
 
@@ -359,6 +360,12 @@ class Replay:
     def event(self, text: str) -> None:
         self.events.append((self.t, text))
 
+    def watch(self, callback: Callable[[Replay], None]) -> None:
+        """Call ``callback(replay)`` every tick at the instant the searches are drawn
+        (after the nodes and the jobs ran, before the clock moves on), so what it reads
+        is what a search would have seen; ``run``'s ``progress`` comes after the step."""
+        self._watchers.append(callback)
+
     # --- running ------------------------------------------------------------------------
 
     def tick(self) -> None:
@@ -381,6 +388,8 @@ class Replay:
             result = self.draw_searches()
             searches, dark = result.searches, result.dark
         self.samples.append(self.sample(searches, dark))
+        for callback in self._watchers:
+            callback(self)
         self.t += self.tick_seconds
         clock.advance(self.tick_seconds)
 

@@ -210,3 +210,26 @@ def test_a_rollout_that_re_enqueues_itself_runs_again_in_the_same_tick():
         replay.run(replay.tick_seconds)  # one tick: the rollout's first run
         assert replay.job_runs["rollout"] == 1
         assert EnabledNamespace.objects.filter(replicas__isnull=False).distinct().count() == 3
+
+
+def test_a_watcher_reads_the_fleet_at_the_instant_searches_are_drawn():
+    from zoekt.search_targets import search_targets_many
+
+    seen = []
+    with make_replay(tick_seconds=30.0) as replay:
+        start_fleet(replay)
+
+        def watcher(r):
+            seen.append((r.t, clock.now(), search_targets_many([HOT])[HOT].targets))
+
+        replay.watch(watcher)
+        assert replay.run(3600, until=lambda r: r.converged())
+        replay.run(120)
+        # Called once a tick, before the clock moved on: the time it sees is the tick's.
+        assert len(seen) == len(replay.samples)
+        assert [t for t, _, _ in seen] == [s.t for s in replay.samples]
+        t, now, targets = seen[-1]
+        assert (now - replay.start).total_seconds() == pytest.approx(t)
+        assert targets and not replay.samples[-1].dark
+        # One tick (30 s) later, with no heartbeat in between, the nodes are offline.
+        assert search_targets_many([HOT])[HOT].targets == ()

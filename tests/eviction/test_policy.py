@@ -210,7 +210,7 @@ def test_negative_unclaimed_takes_the_smallest_covering_index_not_the_lowest_id(
         index(4, 2, reserved=int(3 * GIB)),
         index(5, 1, reserved=int(1.7 * GIB), state="pending"),  # not ready
     ]
-    (decision,) = p.negative_unclaimed([_overcommitted(0.80, 1.67)], rows, SAFE, NOW)
+    (decision,) = p.negative_unclaimed([_overcommitted(0.80, 1.67, over_since=9)], rows, SAFE, NOW)
     assert [c.index_id for c in decision.chosen] == [3]
     (legacy,) = p.negative_unclaimed([_overcommitted(0.80, 1.67)], rows, LEGACY, NOW)
     assert [c.index_id for c in legacy.chosen] == [1]
@@ -218,8 +218,27 @@ def test_negative_unclaimed_takes_the_smallest_covering_index_not_the_lowest_id(
 
 def test_negative_unclaimed_without_a_covering_index_takes_the_largest_first():
     rows = [index(i, 1, reserved=r * GIB) for i, r in [(1, 1), (2, 3), (3, 2)]]
-    (decision,) = p.negative_unclaimed([_overcommitted(0.80, 4.5)], rows, SAFE, NOW)
+    (decision,) = p.negative_unclaimed([_overcommitted(0.86, 4.5)], rows, SAFE, NOW)
+    assert decision.details["pressure"] == Reason.EVICTION_CRITICAL_WATERMARK
     assert [c.index_id for c in decision.chosen] == [2, 3]
+
+
+def test_negative_unclaimed_over_high_waits_for_the_sustain_period_like_node_level():
+    # A transient spike shrinks usable storage under unchanged reservations: the
+    # shortfall is real only once the node stayed over the high watermark.
+    rows = [index(1, 2, reserved=3 * GIB)]
+    for over_since, applied in ((None, False), (7.9, False), (8.1, True)):
+        (decision,) = p.negative_unclaimed(
+            [_overcommitted(0.80, 1, over_since=over_since)], rows, SAFE, NOW
+        )
+        assert decision.apply is applied
+        if applied:
+            assert decision.reason == Reason.EVICTION_NEGATIVE_UNCLAIMED_STORAGE
+            assert decision.details["pressure"] == Reason.EVICTION_SUSTAINED_OVER_HIGH_WATERMARK
+        else:
+            assert decision.reason == Reason.EVICTION_SUSTAIN_NOT_REACHED
+    (legacy,) = p.negative_unclaimed([_overcommitted(0.80, 1)], rows, LEGACY, NOW)
+    assert legacy.apply
 
 
 def test_negative_unclaimed_spares_a_cooling_node():
