@@ -137,6 +137,7 @@ def memory_bars(
     budget_bytes: int | None,
     limit_bytes: int | None,
     scale_bytes: int,
+    watermark_limits: Sequence[float] = (),
     width: int = 160,
     bar: int = 6,
 ) -> SafeString:
@@ -144,7 +145,10 @@ def memory_bars(
 
     ``scale_bytes`` is the largest figure drawn on the page, so bars compare
     across nodes. A missing figure is an empty track. The node's reported
-    memory limit, when there is one, is a brown tick on the RSS track.
+    memory limit, when there is one, is a brown tick on the RSS track. With a
+    budget, the memory watermarks (``watermark_limits``: low, high, critical
+    shares of the budget, which RSS is compared with) are dashed marks across
+    the estimate and RSS tracks, in the disk bar's watermark colours.
     """
     scale = width / scale_bytes if scale_bytes > 0 else 0.0
     rows = (
@@ -168,6 +172,15 @@ def memory_bars(
             f'stroke="{LIMIT}" stroke-width="2"><title>memory limit {_bytes(limit_bytes)}</title>'
             "</line>"
         )
+    if budget_bytes and scale:
+        for limit, colour in zip(watermark_limits, WATERMARK_COLOURS, strict=False):
+            x = min(limit * budget_bytes * scale, width - 1)
+            body.append(
+                f'<line x1="{x:.1f}" y1="0" x2="{x:.1f}" y2="{2 * bar + gap}" '
+                f'stroke="{colour}" stroke-width="1.5" stroke-dasharray="2,1">'
+                f"<title>memory watermark {_pct(limit)} of the budget "
+                f"({_bytes(int(limit * budget_bytes))})</title></line>"
+            )
     height = 3 * bar + 2 * gap
     summary = ", ".join(f"{label} {_bytes(value)}" for label, value, _ in rows)
     return _svg(width, height, f"memory: {summary}", body, "chart memory")

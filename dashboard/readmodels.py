@@ -27,13 +27,15 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
 from django.core.paginator import Page, Paginator
-from django.db.models import Count, Exists, OuterRef, Q
+from django.db.models import Count, Exists, F, OuterRef, Q, Subquery, Sum
+from django.db.models.functions import Coalesce
 
 from eviction.models import EvictionDecision
 from eviction.queries import EvictionOverview, eviction_overview
@@ -134,6 +136,8 @@ class FleetOverview:
     tasks: dict[str, int]
     enabled_namespaces: int
     search_enabled_namespaces: int
+    #: Enabled namespaces with a replica of more than one index (split over nodes).
+    split_namespaces: int = 0
 
     @property
     def online(self) -> int:
@@ -161,6 +165,26 @@ class FleetOverview:
         return {level.value: counts.get(level.value, 0) for level in NodeWatermark}
 
 
+#: An enabled namespace is split when one of its replicas has more than one index
+#: (each index on its own node, a range of its projects).
+_SPLIT = Exists(
+    Index.objects.filter(zoekt_replica__zoekt_enabled_namespace=OuterRef("pk"))
+    .order_by()
+    .values("zoekt_replica_id")
+    .annotate(n=Count("id"))
+    .filter(n__gt=1)
+)
+
+
+def natural_key(name: str) -> tuple:
+    """Sort key that orders ``zoekt-2`` before ``zoekt-10`` (digits compare as numbers)."""
+    return tuple(
+        (0, int(part), "") if part.isdigit() else (1, 0, part.lower())
+        for part in re.split(r"(\d+)", name)
+        if part
+    )
+
+
 def _index_counts() -> tuple[dict[int, Counter], Counter]:
     """Indices by state per node id, and over the fleet (one grouped query)."""
     per_node: dict[int, Counter] = defaultdict(Counter)
@@ -179,13 +203,14 @@ def _index_counts() -> tuple[dict[int, Counter], Counter]:
 def fleet_overview(
     now: datetime | None = None, settings: app_settings.ZoektSettings | None = None
 ) -> FleetOverview:
-    """Every node, by id, with its disk, memory, indices and tasks; and the fleet's counts.
+    """Every node, by name (``natural_key``: zoekt-2 before zoekt-10), with its disk,
+    memory, indices and tasks; and the fleet's counts.
 
     Queries: nodes with their reservations (1), searchable (2), memory (3),
     indices per node and state (1), tasks per node and state (1), and one
-    count each for index watermark levels, replicas, repositories and
-    enabled namespaces: 12, whatever the fleet size (the settings come from
-    their cache).
+    count each for index watermark levels, replicas, repositories, enabled
+    namespaces and split namespaces: 13, whatever the fleet size (the
+    settings come from their cache).
     """
     now = now or clock.now()
     settings = settings or app_settings.current()
@@ -249,6 +274,7 @@ def fleet_overview(
         )
         for node in nodes
     ]
+    rows.sort(key=lambda row: (natural_key(row.name), row.id))
     enabled = EnabledNamespace.objects.aggregate(
         total=Count("id"), search=Count("id", filter=Q(search=True))
     )
@@ -266,6 +292,7 @@ def fleet_overview(
         tasks=_by_state(fleet_tasks.items(), TASK_STATE_NAMES),
         enabled_namespaces=enabled["total"],
         search_enabled_namespaces=enabled["search"],
+        split_namespaces=EnabledNamespace.objects.filter(_SPLIT).count(),
     )
 
 
@@ -313,7 +340,16 @@ class NamespaceRow:
     last_rollout_failed_at: datetime | None
     #: The largest per-replica sum of its indices' used bytes (live, not the
     #: ``last_used_storage_bytes`` metadata the scheduler stores).
-    used_storage_bytes: int
+    used_storage_bytes: int = 0
+    #: The root's repository size (``namespace_root_storage_statistics``) × the
+    #: memory ratio: what the planner estimates one whole replica needs in memory.
+    memory_estimate_bytes: int | None = None
+    #: The most indices one of its replicas has (above 1: split over that many nodes).
+    indices_per_replica: int = 0
+
+    @property
+    def split(self) -> bool:
+        return self.indices_per_replica > 1
 
     @property
     def replica_count(self) -> int:
@@ -329,27 +365,83 @@ NAMESPACE_FILTERS = {
     "failed": "rollout failed",
     "search_disabled": "search disabled",
     "without_replicas": "no replica",
+    "split": "split over nodes",
 }
+
+NAMESPACE_SORTS = {
+    "": "root namespace id",
+    "used": "used storage, largest first",
+    "memory": "memory estimate, largest first",
+    "split": "indices per replica, most first",
+}
+
+
+class UnknownChoice(ValueError):
+    """A query parameter outside its choices: the page answers 400 and names them."""
+
+    def __init__(self, field: str, value: str, choices: Iterable[str]) -> None:
+        self.field = field
+        self.value = value
+        self.choices = [choice for choice in choices if choice]
+        super().__init__(f"unknown {field} {value!r}: one of {', '.join(self.choices)} (or none)")
+
+
+def _replica_top(expression, alias: str):
+    """The largest per-replica ``expression`` of an enabled namespace's indices."""
+    return Subquery(
+        Index.objects.filter(
+            zoekt_enabled_namespace_id=OuterRef("pk"), zoekt_replica_id__isnull=False
+        )
+        .order_by()
+        .values("zoekt_replica_id")
+        .annotate(**{alias: expression})
+        .order_by(f"-{alias}")
+        .values(alias)[:1]
+    )
 
 
 def namespace_page(
     *,
     query: str = "",
     filter: str = "",
+    sort: str = "",
     page: int | str = 1,
     per_page: int = 50,
     now: datetime | None = None,
     settings: app_settings.ZoektSettings | None = None,
 ) -> tuple[Page, list[NamespaceRow]]:
-    """One page of enabled namespaces by root namespace id, with their replicas and indices.
+    """One page of enabled namespaces, with their replicas, indices and memory estimate.
 
     ``query`` is a root namespace id or part of its path; ``filter`` one of
-    ``NAMESPACE_FILTERS``. Queries: the count and the page (2), the page's
-    replicas (1) and indices (1), and searchable nodes (2).
+    ``NAMESPACE_FILTERS``, ``sort`` one of ``NAMESPACE_SORTS`` (ties by root
+    namespace id); anything else raises ``UnknownChoice``. Queries: the count
+    and the page (2), the page's replicas (1) and indices (1), and searchable
+    nodes (2).
     """
+    if filter not in NAMESPACE_FILTERS:
+        raise UnknownChoice("filter", filter, NAMESPACE_FILTERS)
+    if sort not in NAMESPACE_SORTS:
+        raise UnknownChoice("sort", sort, NAMESPACE_SORTS)
     now = now or clock.now()
     settings = settings or app_settings.current()
-    rows = EnabledNamespace.objects.select_related("root_namespace").order_by("root_namespace_id")
+    rows = EnabledNamespace.objects.select_related(
+        "root_namespace", "root_namespace__root_storage_statistics"
+    )
+    if sort == "used":
+        rows = rows.annotate(
+            sort_key=Coalesce(_replica_top(Sum("used_storage_bytes"), "used"), 0)
+        ).order_by("-sort_key", "root_namespace_id")
+    elif sort == "split":
+        rows = rows.annotate(sort_key=Coalesce(_replica_top(Count("id"), "n"), 0)).order_by(
+            "-sort_key", "root_namespace_id"
+        )
+    elif sort == "memory":
+        rows = rows.order_by(
+            F("root_namespace__root_storage_statistics__repository_size").desc(nulls_last=True),
+            "root_namespace_id",
+        )
+    else:
+        rows = rows.order_by("root_namespace_id")
     query = query.strip()
     if query:
         condition = Q(root_namespace__path__icontains=query) | Q(
@@ -364,6 +456,8 @@ def namespace_page(
         rows = rows.filter(search=False)
     elif filter == "without_replicas":
         rows = rows.filter(replicas__isnull=True)
+    elif filter == "split":
+        rows = rows.filter(_SPLIT)
     paginator = Paginator(rows, per_page)
     page_obj = paginator.get_page(page)
     enabled = list(page_obj.object_list)
@@ -391,12 +485,14 @@ def namespace_page(
     nodes: dict[int, set[int]] = defaultdict(set)
     by_replica: dict[int, list[tuple[int, int]]] = defaultdict(list)
     used: dict[int, Counter] = defaultdict(Counter)  # enabled id → replica id → bytes
+    per_replica: dict[int, Counter] = defaultdict(Counter)  # enabled id → replica → indices
     for enabled_id, replica_id, node_id, state, used_bytes in index_rows:
         indices[enabled_id][state] += 1
         nodes[enabled_id].add(node_id)
         if replica_id is not None:
             by_replica[replica_id].append((node_id, state))
             used[enabled_id][replica_id] += used_bytes
+            per_replica[enabled_id][replica_id] += 1
     # zoekt.search_targets' rule: a ready replica whose every index is ready
     # and on a searchable node (a replica with no index never appears here).
     searchable_enabled = {
@@ -424,10 +520,21 @@ def namespace_page(
             searchable=row.search and row.id in searchable_enabled,
             last_rollout_failed_at=row.last_rollout_failed_at,
             used_storage_bytes=max(used[row.id].values(), default=0),
+            memory_estimate_bytes=_memory_estimate(row.root_namespace, settings),
+            indices_per_replica=max(per_replica[row.id].values(), default=0),
         )
         for row in enabled
     ]
     return page_obj, out
+
+
+def _memory_estimate(root: Namespace, settings: app_settings.ZoektSettings) -> int | None:
+    """The root's repository size × the memory ratio (``zoekt.memory``); None: no statistics."""
+    try:
+        statistics = root.root_storage_statistics
+    except Namespace.root_storage_statistics.RelatedObjectDoesNotExist:
+        return None
+    return memory.estimate_memory_bytes(statistics.repository_size, settings.memory_ratio)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -447,6 +554,8 @@ class IndexView:
     reserved_storage_bytes: int | None
     watermark_level: str
     last_indexed_at: datetime
+    #: Repository bytes of the projects in its range × the memory ratio.
+    memory_estimate_bytes: int = 0
 
     @property
     def used_percent(self) -> float | None:
@@ -473,6 +582,13 @@ class NamespaceDetail:
     detached_indices: list[IndexView]
     project_count: int
     targets: SearchTargets
+    #: Repository bytes of all its projects × the memory ratio: one whole replica.
+    memory_estimate_bytes: int = 0
+    memory_ratio: float = 0.0
+    #: ``(id, created_at)`` of the newest kept rollout plan (not a dry run) that
+    #: created replicas for it, and of the newest that failed it; None: not kept.
+    placed_by_plan: tuple[int, datetime] | None = None
+    failed_by_plan: tuple[int, datetime] | None = None
 
     @property
     def node_ids(self) -> list[int]:
@@ -491,7 +607,8 @@ def namespace_detail(
 
     Queries: the enabled namespace (1), replicas (1), indices with nodes
     (1), repositories per index and state (1), the root's project
-    namespace ids (1) and the search targets (``zoekt.search_targets``).
+    namespace ids with their repository sizes (1), the plans that placed
+    and failed it (2) and the search targets (``zoekt.search_targets``).
     """
     now = now or clock.now()
     settings = settings or app_settings.current()
@@ -517,18 +634,36 @@ def namespace_detail(
         .values_list("zoekt_index_id", "state", "count")
     ):
         repositories[index_id][state] += count
-    project_namespace_ids = sorted(
-        Namespace.objects.project_namespaces_under(root_namespace_id).values_list("id", flat=True)
+    sized = sorted(
+        (pid, size or 0)
+        for pid, size in Namespace.objects.project_namespaces_under(root_namespace_id).values_list(
+            "id", "project__statistics__repository_size"
+        )
     )
+    project_namespace_ids = [pid for pid, _ in sized]
+    # Repository bytes up to each project namespace: a range's sum is two lookups.
+    cumulative = [0]
+    for _, size in sized:
+        cumulative.append(cumulative[-1] + size)
 
-    def in_range(start: int | None, end: int | None) -> int:
+    def bounds(start: int | None, end: int | None) -> tuple[int, int]:
         low = 0 if start is None else bisect.bisect_left(project_namespace_ids, start)
         high = (
             len(project_namespace_ids)
             if end is None
             else bisect.bisect_right(project_namespace_ids, end)
         )
-        return max(0, high - low)
+        return low, max(low, high)
+
+    def in_range(start: int | None, end: int | None) -> int:
+        low, high = bounds(start, end)
+        return high - low
+
+    def memory_in_range(start: int | None, end: int | None) -> int:
+        low, high = bounds(start, end)
+        return memory.estimate_memory_bytes(cumulative[high] - cumulative[low], ratio)
+
+    ratio = settings.memory_ratio
 
     views: dict[int | None, list[IndexView]] = defaultdict(list)
     for index in indices:
@@ -545,6 +680,7 @@ def namespace_detail(
                 project_namespace_id_from=start,
                 project_namespace_id_to=end,
                 projects_in_range=in_range(start, end),
+                memory_estimate_bytes=memory_in_range(start, end),
                 repositories={
                     REPOSITORY_STATE_NAMES.get(state, str(state)): count
                     for state, count in sorted(repositories[index.id].items())
@@ -573,7 +709,26 @@ def namespace_detail(
         detached_indices=views.get(None, []),
         project_count=len(project_namespace_ids),
         targets=search_targets(root_namespace_id, now=now),
+        memory_estimate_bytes=memory.estimate_memory_bytes(cumulative[-1], ratio),
+        memory_ratio=ratio,
+        placed_by_plan=_newest_plan_with(enabled.id, "create"),
+        failed_by_plan=_newest_plan_with(enabled.id, "failures"),
     )
+
+
+def _newest_plan_with(enabled_namespace_id: int, part: str) -> tuple[int, datetime] | None:
+    """The newest kept rollout (not a dry run) whose plan lists the namespace under
+    ``part`` (``create``, ``failures``): one query, a jsonb containment test."""
+    found = (
+        RolloutPlan.objects.filter(
+            dry_run=False,
+            **{f"plan__{part}__contains": [{"enabled_namespace_id": enabled_namespace_id}]},
+        )
+        .order_by("-id")
+        .values_list("id", "created_at")
+        .first()
+    )
+    return None if found is None else (found[0], found[1])
 
 
 # ----------------------------------------------------------------------------
@@ -673,8 +828,35 @@ class PlanDetail:
     node_names: dict[int, str]
     explained: bool
 
+    @property
+    def placed_nodes(self) -> int:
+        return sum(1 for node in self.nodes if node.get("placed"))
+
 
 PLAN_FILTERS = {"": "all", "failed": "failed", "warnings": "with warnings", "create": "create"}
+
+
+def _share(part: int | None, whole: int | None) -> float | None:
+    return part / whole if part is not None and whole and whole > 0 else None
+
+
+def _plan_node(node: dict[str, Any], node_name: str) -> dict[str, Any]:
+    """A plan's node entry for the page: disk always, memory when the plan had it."""
+    out = {
+        **node,
+        "name": node_name,
+        "placed": True,
+        "utilization": _share(
+            node["claimed_storage_bytes"], node["unclaimed_storage_bytes_before"]
+        ),
+    }
+    if "unclaimed_memory_bytes_before" in node:
+        before = node["unclaimed_memory_bytes_before"]
+        after = node["unclaimed_memory_bytes_after"]
+        claimed = None if before is None or after is None else before - after
+        out["claimed_memory_bytes"] = claimed
+        out["memory_utilization"] = _share(claimed, before)
+    return out
 
 
 def plan_detail(
@@ -765,17 +947,13 @@ def plan_detail(
                 decisions_total=0 if item is None else item["decisions_total"],
             )
         )
-    nodes = [
-        {
-            **node,
-            "name": name(node["id"]),
-            "utilization": (
-                node["claimed_storage_bytes"] / node["unclaimed_storage_bytes_before"]
-                if node["unclaimed_storage_bytes_before"] > 0
-                else None
-            ),
-        }
-        for node in plan.get("nodes", [])
+    nodes = [_plan_node(node, name(node["id"])) for node in plan.get("nodes", [])]
+    # The header counts every candidate: list the ones that took nothing too.
+    placed = {node["id"] for node in nodes}
+    nodes += [
+        {"id": node_id, "name": node_name, "placed": False}
+        for node_id, node_name in sorted(names.items(), key=lambda item: natural_key(item[1]))
+        if node_id not in placed
     ]
     return PlanDetail(
         row=PlanRow(row.id, row.created_at, row.dry_run, summary),

@@ -22,6 +22,7 @@ from django.urls import path
 from django.utils.safestring import SafeString
 
 from dashboard import charts, history, readmodels
+from zoekt import memory
 from zoekt.admin import human_bytes
 
 PAGES = (
@@ -96,6 +97,7 @@ def fleet(request: HttpRequest) -> HttpResponse:
                     budget_bytes=None if m is None else m.memory_budget_bytes,
                     limit_bytes=None if m is None else m.memory_limit_bytes,
                     scale_bytes=scale,
+                    watermark_limits=memory.memory_watermark_limits(),
                 ),
                 budget_bytes=None if m is None else m.memory_budget_bytes,
                 budget_source=None if m is None else m.budget_source,
@@ -140,7 +142,10 @@ def fleet(request: HttpRequest) -> HttpResponse:
                 (charts.OBSERVED, "observed webserver RSS"),
                 (charts.BUDGET, "budget"),
                 (charts.LIMIT, "reported memory limit (tick)"),
-            ]
+            ],
+            line="dashed marks: memory watermarks "
+            + " / ".join(f"{limit:.0%}" for limit in memory.memory_watermark_limits())
+            + " of the budget",
         ),
         memory_scale=human_bytes(scale),
         disk_sparklines=history.disk_sparklines(
@@ -235,12 +240,14 @@ def plans(request: HttpRequest) -> HttpResponse:
 
 def plan(request: HttpRequest, plan_id: int) -> HttpResponse:
     current = request.GET.get("filter", "")
+    error = None
     if current not in readmodels.PLAN_FILTERS:
+        error = readmodels.UnknownChoice("filter", current, readmodels.PLAN_FILTERS)
         current = ""
     detail = readmodels.plan_detail(plan_id, filter=current, page=request.GET.get("page", 1))
     if detail is None:
         raise Http404("no such rollout plan (only the last 50 are kept)")
-    return _render(
+    response = _render(
         request,
         "plan_detail.html",
         "plans",
@@ -248,7 +255,12 @@ def plan(request: HttpRequest, plan_id: int) -> HttpResponse:
         detail=detail,
         filters=readmodels.PLAN_FILTERS,
         current_filter=current,
+        error=error,
     )
+    if error is not None:
+        # The whole plan is shown below the error, but the status says the link was wrong.
+        response.status_code = 400
+    return response
 
 
 # ----------------------------------------------------------------------------
@@ -259,11 +271,31 @@ def plan(request: HttpRequest, plan_id: int) -> HttpResponse:
 def namespaces(request: HttpRequest) -> HttpResponse:
     query = request.GET.get("q", "")
     current = request.GET.get("filter", "")
-    if current not in readmodels.NAMESPACE_FILTERS:
-        current = ""
-    page, rows = readmodels.namespace_page(
-        query=query, filter=current, page=request.GET.get("page", 1)
-    )
+    sort = request.GET.get("sort", "")
+    context = {
+        "query": query,
+        "filters": readmodels.NAMESPACE_FILTERS,
+        "sorts": readmodels.NAMESPACE_SORTS,
+        "current_filter": current,
+        "current_sort": sort,
+    }
+    try:
+        page, rows = readmodels.namespace_page(
+            query=query, filter=current, sort=sort, page=request.GET.get("page", 1)
+        )
+    except readmodels.UnknownChoice as error:
+        # Not silently everything: say which value is wrong and which are known.
+        response = _render(
+            request,
+            "namespaces.html",
+            "namespaces",
+            "Enabled namespaces",
+            error=error,
+            rows=[],
+            **{**context, "current_filter": "", "current_sort": ""},
+        )
+        response.status_code = 400
+        return response
     return _render(
         request,
         "namespaces.html",
@@ -271,9 +303,7 @@ def namespaces(request: HttpRequest) -> HttpResponse:
         "Enabled namespaces",
         page=page,
         rows=rows,
-        query=query,
-        filters=readmodels.NAMESPACE_FILTERS,
-        current_filter=current,
+        **context,
     )
 
 

@@ -9,6 +9,7 @@ written only by ``make screenshots``, and otherwise left as it was.
 from __future__ import annotations
 
 import hashlib
+import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -29,8 +30,9 @@ from tests.browser.conftest import (
     screenshot,
 )
 from tests.dashboard.builders import build_fleet, unplaced_namespace
-from zoekt import app_settings, clock
-from zoekt.models import EnabledNamespace, Index, Node, Replica
+from zoekt import app_settings, clock, memory
+from zoekt.admin import human_bytes
+from zoekt.models import EnabledNamespace, Index, Node, Project, Replica
 
 # Fixed ids and a fixed plan time keep the screenshots the same from run to run.
 pytestmark = pytest.mark.django_db(transaction=True, reset_sequences=True)
@@ -132,6 +134,28 @@ def seed() -> dict:
         "over_high": [waiting.name, hot.name],
         "cooling": [hot.name],
         "cooling_until": f"{hot.eviction_cooldown_until:%Y-%m-%d %H:%M}",
+        "node_order": sorted((node.name for node in nodes), key=lambda n: int(n.split("-")[1])),
+        "split": str(
+            len(
+                {
+                    enabled_id
+                    for enabled_id, replica_id in Index.objects.filter(
+                        zoekt_replica__isnull=False
+                    ).values_list("zoekt_enabled_namespace_id", "zoekt_replica_id")
+                    if Index.objects.filter(zoekt_replica_id=replica_id).count() > 1
+                }
+            )
+        ),
+        "plan_candidates": list(plan.summary["node_names"].values()),
+        "detail_memory_estimate": human_bytes(
+            memory.estimate_memory_bytes(
+                sum(
+                    p.statistics.repository_size
+                    for p in Project.objects.filter(namespace_id=detail_ns.root_namespace_id)
+                ),
+                app_settings.current().memory_ratio,
+            )
+        ),
         "sampled_node": sampled.name,
         "sampled_node_id": sampled.id,
         "samples": str(steps + 1),
@@ -172,6 +196,16 @@ def test_operator_reads_every_dashboard_page(browser_ready, live_server, tmp_pat
 
         # --- fleet ---------------------------------------------------------------
         assert page.locator("#nodes tbody tr").count() == len(expected["nodes"])
+        order = [
+            row.get_attribute("data-node-name")
+            for row in page.locator("#nodes tbody tr[data-node-name]").all()
+        ]
+        assert order == expected["node_order"]
+        for name in expected["node_order"]:
+            # Every node reports a memory limit: memory use and its watermark are shown.
+            used = text(page, f"#nodes tr[data-node-name='{name}'] td.memory-percent")
+            assert re.match(r"\d+\.\d% (normal|low|high|critical)", used), used
+        assert text(page, "[data-figure=split-namespaces] .value") == expected["split"]
         for node in expected["nodes"]:
             row = f"#nodes tr[data-node-name='{node['name']}']"
             assert text(page, f"{row} td.name") == node["name"]
@@ -212,6 +246,12 @@ def test_operator_reads_every_dashboard_page(browser_ready, live_server, tmp_pat
         assert verdict.startswith("failed")
         assert expected["too_big_error"].replace("_", " ") in verdict
         seen["too_big_candidates"] = text(page, f"{too_big} td.candidates")
+        listed = [
+            row.get_attribute("data-plan-node")
+            for row in page.locator("#plan-nodes tr[data-plan-node]").all()
+        ]
+        assert sorted(listed) == sorted(expected["plan_candidates"])
+        assert text(page, "[data-figure=nodes] .value") == str(len(listed))
         screenshot(page, tmp_path, "dashboard-plan")
 
         # --- namespaces ------------------------------------------------------------
@@ -219,6 +259,12 @@ def test_operator_reads_every_dashboard_page(browser_ready, live_server, tmp_pat
         page.wait_for_url(f"{base}/admin/dashboard/namespaces/")
         assert page.locator("#namespaces tbody tr").count() == expected["enabled_namespaces"]
         screenshot(page, tmp_path, "dashboard-namespaces")
+        page.click("#namespace-filters a:has-text('split over nodes')")
+        page.wait_for_url(f"{base}/admin/dashboard/namespaces/?filter=split")
+        assert page.locator("#namespaces tbody tr").count() == int(expected["split"])
+        page.click("#namespace-sorts a:has-text('memory estimate')")
+        page.wait_for_url(f"{base}/admin/dashboard/namespaces/?filter=split&sort=memory")
+        assert page.locator("#namespaces tbody tr td.memory").count() == int(expected["split"])
         page.click(f"#namespaces tr[data-namespace-id='{expected['detail_root']}'] a")
         page.wait_for_url(f"{base}/admin/dashboard/namespaces/{expected['detail_root']}/")
         shown = [
@@ -228,6 +274,8 @@ def test_operator_reads_every_dashboard_page(browser_ready, live_server, tmp_pat
         assert shown == expected["detail_index_ids"]
         seen["targets"] = text(page, "#targets tbody")
         seen["search"] = text(page, "[data-figure=targets] .value")
+        seen["memory_estimate"] = text(page, "[data-figure=memory-estimate] .value")
+        seen["placed_by"] = text(page, "[data-figure=placed-by]")
         screenshot(page, tmp_path, "dashboard-namespace")
 
         # --- evictions -------------------------------------------------------------
@@ -276,6 +324,9 @@ def test_operator_reads_every_dashboard_page(browser_ready, live_server, tmp_pat
     for name in expected["detail_nodes"]:
         assert name in seen["targets"]
     assert seen["search"] == "searchable"
+    assert seen["memory_estimate"] == " ".join(expected["detail_memory_estimate"].split())
+    # The detail namespace was built in place, not by a rollout: no plan placed it.
+    assert "not among the last 50" in seen["placed_by"]
     # Set 3 h 12 min before the seed; the browser reads it a few seconds or minutes later.
     assert seen["waiting_clock"].startswith("3 h 1")
     for name in ("fleet", "plans", "plan", "namespaces", "namespace", "evictions", "node"):

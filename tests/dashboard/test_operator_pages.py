@@ -1,0 +1,264 @@
+"""What an operator tripped on in the dashboard (issue: the fleet, namespaces, namespace and
+plan pages): node order, memory use and its watermarks, split namespaces, memory estimates,
+the plan that placed a namespace, and filters that do not silently show everything."""
+
+from __future__ import annotations
+
+import io
+import re
+from datetime import timedelta
+
+import pytest
+from django.core.management import call_command
+from django.urls import reverse
+
+from planner.models import RolloutPlan
+from planner.rollout import RolloutService
+from tests.dashboard.builders import GIB, build_fleet, unplaced_namespace
+from tests.dashboard.test_pages import cell, page_text, row_html, size
+from tests.factories import NamespaceRootStorageStatisticsFactory, NodeFactory
+from zoekt import app_settings, clock, memory
+from zoekt.models import EnabledNamespace, Index, Node
+
+pytestmark = pytest.mark.django_db
+
+
+def _rows(html: str, attribute: str) -> list[str]:
+    return re.findall(rf'<tr [^>]*\b{attribute}="([^"]+)"', html)
+
+
+# --- fleet ---------------------------------------------------------------------------
+
+
+def test_fleet_rows_are_ordered_by_name_with_digits_compared_as_numbers(admin_client, now):
+    for name in ("zoekt-10", "zoekt-2", "zoekt-0", "alpha", "zoekt-1"):
+        NodeFactory(metadata={"name": name}, last_seen_at=now)
+    html = admin_client.get(reverse("dashboard-fleet")).content.decode()
+    assert _rows(html, "data-node-name") == ["alpha", "zoekt-0", "zoekt-1", "zoekt-2", "zoekt-10"]
+
+
+def _with_budget(budget: int) -> None:
+    row = app_settings.load_row()
+    row.zoekt_node_memory_budget_bytes = budget
+    row.save()
+
+
+def test_fleet_shows_memory_used_with_its_watermark_and_draws_the_watermarks(admin_client, now):
+    _with_budget(16 * GIB)
+    fleet = build_fleet(2, 1)
+    hot, calm = fleet.nodes
+    for node, rss in ((hot, 13 * GIB), (calm, 4 * GIB)):
+        # No memory limit reported: the configured budget (source A) applies.
+        health = {**node.metadata["process_health"]["webserver"], "rss_bytes": rss}
+        del health["memory_limit_bytes"]
+        Node.objects.filter(pk=node.pk).update(
+            metadata={**node.metadata, "process_health": {"webserver": health}}
+        )
+    response = admin_client.get(reverse("dashboard-fleet"))
+    hot_row = row_html(response, "data-node-id", hot.id)
+    # 13 GiB of the 16 GiB budget: 81.2 %, over the high memory watermark (75 %).
+    assert cell(hot_row, "memory-percent") == "81.2% high, takes no new index"
+    assert "memory-percent wm-high" in hot_row
+    assert cell(row_html(response, "data-node-id", calm.id), "memory-percent") == "25.0% normal"
+    # The three memory watermarks as dashed marks at their share of the budget, on the
+    # page's common scale (the largest figure drawn: the 16 GiB budget here).
+    svg = re.search(r'<svg[^>]*class="chart memory".*?</svg>', hot_row, flags=re.S).group(0)
+    width = float(re.search(r'width="(\d+)"', svg).group(1))
+    marks = re.findall(r'<line x1="([\d.]+)"[^>]*stroke-dasharray', svg)
+    scale = max(16 * GIB, 13 * GIB) / width  # the budget, the largest RSS
+    expected = [limit * 16 * GIB / scale for limit in memory.memory_watermark_limits()]
+    assert [float(x) for x in marks] == pytest.approx(expected, abs=0.1)
+    assert "memory watermarks 60% / 75% / 85% of the budget" in page_text(response)
+
+
+def test_fleet_without_a_budget_draws_no_memory_watermark(admin_client, now):
+    node = build_fleet(1, 1).nodes[0]
+    health = {**node.metadata["process_health"]["webserver"]}
+    del health["memory_limit_bytes"]  # neither a setting (A) nor a reported limit (B)
+    Node.objects.filter(pk=node.pk).update(
+        metadata={**node.metadata, "process_health": {"webserver": health}}
+    )
+    row = row_html(admin_client.get(reverse("dashboard-fleet")), "data-node-id", node.id)
+    assert cell(row, "memory-percent") == "no budget"
+    svg = re.search(r'<svg[^>]*class="chart memory".*?</svg>', row, flags=re.S).group(0)
+    assert "stroke-dasharray" not in svg
+
+
+def test_fleet_names_the_observed_ratios_as_zoekt_info_does(admin_client, now):
+    node = build_fleet(2, 2).nodes[0]
+    report = {row.node_id: row for row in memory.node_memory_report()}[node.id]
+    row = row_html(admin_client.get(reverse("dashboard-fleet")), "data-node-id", node.id)
+    shown = re.search(r'class="observed-memory-ratio">([\d.]+)<', row).group(1)
+    per_repo = re.search(r'class="quiet rss-per-repository-byte"[^>]*>([\d.]+) / repo', row)
+    assert shown == f"{report.observed_memory_ratio:.3f}"
+    assert per_repo.group(1) == f"{report.rss_per_repository_byte:.3f}"
+    assert report.observed_memory_ratio != pytest.approx(report.rss_per_repository_byte)
+    out = io.StringIO()
+    call_command("zoekt_info", stdout=out)
+    text = out.getvalue()
+    assert f"{shown} (RSS / used storage of ready indices" in text
+    assert f"{per_repo.group(1)} (RSS / repository of ready indices" in text
+
+
+def test_fleet_counts_split_namespaces_and_links_to_them(admin_client, now):
+    build_fleet(2, 3)  # each namespace: one replica of two indices on two nodes
+    whole = build_fleet(1, 1).namespaces[0]  # one index
+    assert Index.objects.filter(zoekt_enabled_namespace=whole).count() == 1
+    response = admin_client.get(reverse("dashboard-fleet"))
+    figure = re.search(r'data-figure="split-namespaces">(.*?)</div>', response.content.decode())
+    assert "?filter=split" in figure.group(1)
+    assert re.search(r">3</a>", figure.group(1))
+
+
+# --- namespaces ----------------------------------------------------------------------------
+
+
+def test_namespaces_split_filter_sorts_and_memory_estimate(admin_client, now):
+    split = build_fleet(2, 2).namespaces
+    whole = build_fleet(1, 1).namespaces[0]
+    for enabled, repository_size in ((split[0], 3 * GIB), (split[1], 9 * GIB), (whole, GIB)):
+        NamespaceRootStorageStatisticsFactory(
+            namespace_id=enabled.root_namespace_id, repository_size=repository_size
+        )
+    no_statistics = unplaced_namespace("no-statistics", ())
+    url = reverse("dashboard-namespaces")
+    ratio = app_settings.current().memory_ratio
+
+    response = admin_client.get(url)
+    row = row_html(response, "data-namespace-id", split[1].root_namespace_id)
+    assert cell(row, "memory") == size(memory.estimate_memory_bytes(9 * GIB, ratio))
+    assert cell(row, "per-replica") == "2 (split)"
+    assert (
+        cell(row_html(response, "data-namespace-id", whole.root_namespace_id), "per-replica") == "1"
+    )
+    row = row_html(response, "data-namespace-id", no_statistics.root_namespace_id)
+    assert cell(row, "memory") == "no statistics"
+
+    only_split = _rows(
+        admin_client.get(url, {"filter": "split"}).content.decode(), "data-namespace-id"
+    )
+    assert only_split == [str(e.root_namespace_id) for e in split]
+
+    by_memory = _rows(
+        admin_client.get(url, {"sort": "memory"}).content.decode(), "data-namespace-id"
+    )
+    assert by_memory == [
+        str(e.root_namespace_id) for e in (split[1], split[0], whole, no_statistics)
+    ]
+    by_split = _rows(admin_client.get(url, {"sort": "split"}).content.decode(), "data-namespace-id")
+    assert by_split[:2] == [str(e.root_namespace_id) for e in split]
+    # Sort and filter together, and the pager keeps both.
+    both = admin_client.get(url, {"sort": "memory", "filter": "split"}).content.decode()
+    assert _rows(both, "data-namespace-id") == [
+        str(split[1].root_namespace_id),
+        str(split[0].root_namespace_id),
+    ]
+
+
+def test_namespaces_sort_by_used_storage_takes_the_largest_replica(admin_client, now):
+    fleet = build_fleet(2, 3)
+    Index.objects.filter(zoekt_enabled_namespace=fleet.namespaces[2]).update(
+        used_storage_bytes=50 * GIB
+    )
+    order = _rows(
+        admin_client.get(reverse("dashboard-namespaces"), {"sort": "used"}).content.decode(),
+        "data-namespace-id",
+    )
+    assert order[0] == str(fleet.namespaces[2].root_namespace_id)
+
+
+@pytest.mark.parametrize(
+    ("params", "field"),
+    [
+        ({"filter": "splt"}, "filter"),
+        ({"sort": "size"}, "sort"),
+        ({"filter": "split", "sort": "x"}, "sort"),
+    ],
+)
+def test_an_unknown_filter_or_sort_is_a_400_that_names_it(admin_client, now, params, field):
+    build_fleet(2, 2)
+    response = admin_client.get(reverse("dashboard-namespaces"), params)
+    assert response.status_code == 400
+    text = page_text(response)
+    assert f"The {field} {params[field]} is not known" in text
+    assert "Nothing shown" in text
+    assert "<tr data-namespace-id=" not in response.content.decode()
+
+
+# --- namespace -----------------------------------------------------------------------------
+
+
+def test_namespace_page_shows_its_memory_estimate_and_the_plan_that_placed_it(admin_client, now):
+    build_fleet(2, 0)
+    enabled = unplaced_namespace("placed", (2 * GIB, 3 * GIB))
+    RolloutService().execute(dry_run=True, batch_size=10)  # a dry run places nothing
+    RolloutService().execute(dry_run=False, batch_size=10)
+    plan = RolloutPlan.objects.filter(dry_run=False).order_by("-id").first()
+    response = admin_client.get(reverse("dashboard-namespace", args=[enabled.root_namespace_id]))
+    html = response.content.decode()
+    placed = re.search(r'data-figure="placed-by">(.*?)</div>', html, flags=re.S).group(1)
+    assert f'href="{reverse("dashboard-plan", args=[plan.id])}"' in placed
+    assert f"plan #{plan.id}" in placed
+    ratio = app_settings.current().memory_ratio
+    estimate = re.search(r'data-figure="memory-estimate">(.*?)</div>', html, flags=re.S).group(1)
+    assert size(memory.estimate_memory_bytes(5 * GIB, ratio)) in " ".join(
+        re.sub(r"<[^>]+>", " ", estimate).split()
+    )
+    # Per index: the repository bytes of the projects in its range × the ratio.
+    index = Index.objects.get(zoekt_enabled_namespace=enabled)
+    row = row_html(response, "data-index-id", index.id)
+    assert cell(row, "memory") == size(memory.estimate_memory_bytes(5 * GIB, ratio))
+
+
+def test_namespace_page_says_when_the_placing_plan_is_no_longer_kept(admin_client, now):
+    enabled = build_fleet(2, 1).namespaces[0]  # placed without a rollout
+    text = page_text(
+        admin_client.get(reverse("dashboard-namespace", args=[enabled.root_namespace_id]))
+    )
+    assert "the plan that placed it is not among the last 50" in text
+
+
+# --- plan ----------------------------------------------------------------------------------
+
+
+def test_plan_page_lists_every_candidate_and_memory_beside_disk(admin_client, now):
+    _with_budget(64 * GIB)
+    fleet = build_fleet(3, 0)
+    unplaced_namespace("small", (GIB,))
+    RolloutService(record_decisions=True).execute(dry_run=True, batch_size=10)
+    plan = RolloutPlan.objects.order_by("-id").first()
+    assert plan.summary["memory"] is True
+    response = admin_client.get(reverse("dashboard-plan", args=[plan.id]))
+    html = response.content.decode()
+    listed = _rows(html, "data-plan-node")
+    assert sorted(listed) == sorted(node.name for node in fleet.nodes)
+    assert len(listed) == plan.summary["nodes_available"] == 3
+    placed = [node for node in plan.plan["nodes"]]
+    assert len(placed) == 1
+    row = row_html(response, "data-plan-node", placed[0]["name"])
+    assert "disk-utilisation" in row and "memory-utilisation" in row
+    before = placed[0]["unclaimed_memory_bytes_before"]
+    claimed = before - placed[0]["unclaimed_memory_bytes_after"]
+    assert cell(row, "memory-utilisation") == f"{claimed / before * 100:.1f}%"
+    others = [name for name in listed if name != placed[0]["name"]]
+    for name in others:
+        assert "no index placed on it in this plan" in row_html(response, "data-plan-node", name)
+    assert "1 of 3 receive indices" in page_text(response)
+
+
+def test_plan_page_without_memory_shows_disk_only_and_names_cooling_nodes(admin_client, now):
+    fleet = build_fleet(3, 0)
+    cooling = fleet.nodes[2]
+    Node.objects.filter(pk=cooling.pk).update(
+        eviction_cooldown_until=clock.now() + timedelta(hours=3)
+    )
+    unplaced_namespace("small", (GIB,))
+    RolloutService(record_decisions=True).execute(dry_run=True, batch_size=10)
+    plan = RolloutPlan.objects.order_by("-id").first()
+    response = admin_client.get(reverse("dashboard-plan", args=[plan.id]))
+    html = response.content.decode()
+    assert "memory-utilisation" not in html
+    assert cooling.name not in _rows(html, "data-plan-node")
+    note = re.search(r'<p id="plan-cooling">(.*?)</p>', html, flags=re.S).group(1)
+    assert cooling.name in note
+    assert EnabledNamespace.objects.count() == 1
