@@ -39,10 +39,12 @@ screenshots: install
 bench: install
 	$(BIN)/python -m zoekt.devservers exec -- $(BIN)/python bench/heartbeat.py $(BENCH_ARGS)
 
-# The replays (about 20 minutes together): tables on stdout, charts in docs/replays/.
+# The replays (about 40 minutes together): tables on stdout, charts in docs/replays/.
 replays: install
 	$(BIN)/python -m zoekt.devservers exec -- $(BIN)/python bench/replay_hot_namespace.py
 	$(BIN)/python -m zoekt.devservers exec -- $(BIN)/python bench/replay_lost_node.py
+	$(BIN)/python -m zoekt.devservers exec -- $(BIN)/python bench/replay_transient_spike.py
+	$(BIN)/python -m zoekt.devservers exec -- $(BIN)/python bench/replay_sustained_overfill.py
 
 lint: install
 	$(BIN)/ruff check .

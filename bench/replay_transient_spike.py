@@ -1,7 +1,6 @@
 """Replay: the 2026-10-20 incident, a transient disk spike on one node: legacy vs safeguards.
 
-Not yet run to the end at this scale: no figures are published from it
-yet (docs/benchmarks.md, "Replays").
+Its latest figures are in docs/benchmarks.md ("Replays").
 
 Run it with ``python -m zoekt.devservers exec -- .venv/bin/python
 bench/replay_transient_spike.py`` (or with ``DATABASE_URL`` and ``REDIS_URL``
@@ -12,21 +11,24 @@ that takes time (index bytes ÷ a per-task rate, the node's concurrency at a
 time).
 
 The fleet (the incident's relative figures, fewer namespaces): three nodes of
-3,023 GiB; root groups with log-normal sizes, indices 0.6 × the repository
-size (the incident's 290 GiB of index for 470 GiB of repository size), filled
-to ~1,600 GiB (53 %) per node, one replica each, GitLab.com's settings
+3,023 GiB; 300 root groups of 1-4 projects with log-normal sizes, indices
+0.6 × the repository size (the incident's 290 GiB of index for 470 GiB of
+repository size), filled to ~1,750 GiB (57 %) per node, one replica each.
+The initial fill is set-up, not measured: it starts many indices a minute.
+From an hour before the spike GitLab.com's settings apply
 (``zoekt_rollout_batch_size`` 1, ``zoekt_initial_indexing_limit`` 1,
-``zoekt_rollout_retry_interval`` 1d), node-level eviction on. Once the fleet
-converged and an hour passed, ``zoekt-0`` receives 740 GiB of temporary data,
-written over 4 hours and cleared 7 hours after it started; its neighbours
-have room. Two runs from an empty database: the safeguards
-(``zoekt_node_eviction_safeguards`` on, the default) and legacy (off).
+``zoekt_rollout_retry_interval`` 1d), node-level eviction on. Then ``zoekt-0``
+receives 740 GiB of temporary data, written over 2 hours and cleared 7 hours
+after it started; its neighbours have room. Three runs from an empty database:
+the safeguards (``zoekt_node_eviction_safeguards`` on, the default) with each
+eviction order (``smallest_used_first``, the default, and
+``largest_that_fits``: the ``largest-fit`` row), and legacy (off).
 
-One table, both modes: namespaces evicted, re-placed on the same node,
+One table, every mode: namespaces evicted, re-placed on the same node,
 evicted twice, namespace-hours without a ready replica and dark searches, all
 counted from the spike. The chart (``--chart``, default
 ``docs/replays/transient_spike.png``): the hot node's disk % with the
-watermarks, and the namespaces without a ready replica, for both modes.
+watermarks, and the namespaces without a ready replica, for every mode.
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ ROOT_BASE = 800_000
 NODES = ("zoekt-0", "zoekt-1", "zoekt-2")
 HOT = "zoekt-0"
 NODE_GIB = 3023.0
-FILL_GIB = 1600.0  # index data per node before the spike
+FILL_GIB = 1750.0  # index data per node before the spike (58 %)
 INDEX_PER_REPOSITORY_BYTE = 0.6
 #: Zoekt indexes tens of MB a second per task; 20 MiB/s, 8 tasks at once per node.
 INDEXING_BYTES_PER_SECOND = 20 * MIB
@@ -66,8 +68,27 @@ GITLAB_COM = {
     "zoekt_rollout_retry_interval": "1d",
     "zoekt_default_number_of_replicas": 1,
 }
-FILL = {"zoekt_initial_indexing_limit": 20, "zoekt_rollout_retry_interval": "10m"}
-MODES = (("safeguards", True), ("legacy", False))
+FILL = {
+    "zoekt_rollout_batch_size": 500,
+    "zoekt_initial_indexing_limit": 50,
+    "zoekt_rollout_retry_interval": "10m",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Mode:
+    label: str
+    safeguards: bool
+    order: str = "smallest_used_first"
+    #: ``zoekt_eviction_moves``: move instead of delete (the product's default).
+    moves: bool = True
+
+
+SAFEGUARDS = Mode("safeguards", True)
+LARGEST_FIT = Mode("largest-fit", True, "largest_that_fits")
+DELETE = Mode("delete", True, moves=False)
+DELETE_LARGEST = Mode("delete-largest", True, "largest_that_fits", moves=False)
+LEGACY = Mode("legacy", False, moves=False)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,6 +101,7 @@ class Scenario:
     #: None: the bytes stay (the node really filled).
     spike_hours: float | None
     after_hours: float
+    modes: tuple[Mode, ...] = (SAFEGUARDS, LARGEST_FIT, LEGACY)
 
 
 def build_catalog(seed: int, groups: int):
@@ -88,7 +110,9 @@ def build_catalog(seed: int, groups: int):
     rng = random.Random(seed)
     raw = []
     for _ in range(groups):
-        raw.append([rng.lognormvariate(0.0, 1.3) for _ in range(rng.randint(1, 4))])
+        # Clipped at 12× the median project: a project larger than an index may hold
+        # (max_storage_bytes ÷ the buffer factor) could never be placed.
+        raw.append([min(rng.lognormvariate(0.0, 1.3), 12.0) for _ in range(rng.randint(1, 4))])
     total = sum(sum(sizes) for sizes in raw)
     scale = len(NODES) * FILL_GIB * GIB / INDEX_PER_REPOSITORY_BYTE / total
     roots, projects, project_id = {}, [], 400_000
@@ -117,6 +141,11 @@ class Tracker:
         def evict(replica_ids, **kwargs):
             from zoekt.models import Index, Replica
 
+            if sys._getframe(1).f_globals.get("__name__") == "eviction.moves":
+                # A move's swap or a parked move's clean-up: the namespace keeps
+                # serving from the other copy; counted from the moves' records.
+                return original(replica_ids, **kwargs)
+
             rows = Replica.objects.filter(id__in=replica_ids).values_list("id", "namespace_id")
             nodes = defaultdict(set)
             for replica_id, node_id in Index.objects.filter(
@@ -141,8 +170,15 @@ class Tracker:
         self.dark_series.append((self.replay.t, dark))
         if self.measure_from is not None:
             self.dark_namespace_seconds += dark * period
-        for namespace_id, node_id in Index.objects.values_list("namespace_id", "zoekt_node_id"):
-            if node_id in self.evicted_from.get(namespace_id, {}):
+        # A new index of an evicted namespace on the node it was evicted from (the
+        # evicted row itself stays until it is destroyed: it is older than the eviction).
+        for namespace_id, node_id, created_at in Index.objects.filter(
+            namespace_id__in=list(self.evicted_from)
+        ).values_list("namespace_id", "zoekt_node_id", "created_at"):
+            evicted_at = self.evicted_from[namespace_id].get(node_id)
+            if evicted_at is not None and created_at > self.replay.start + timedelta(
+                seconds=evicted_at
+            ):
                 self.replaced_same_node.add(namespace_id)
 
     def note_evictions(self) -> None:
@@ -165,7 +201,7 @@ class Tracker:
         }
 
 
-def run_once(scenario: Scenario, mode: str, safeguards: bool, args):
+def run_once(scenario: Scenario, how: Mode, args):
     from eviction.models import EvictionDecision
     from simulator.models import zipf_hotness
     from simulator.replay import Replay, catalog_rows, fleet_state
@@ -196,24 +232,34 @@ def run_once(scenario: Scenario, mode: str, safeguards: bool, args):
     ):
         # The initial fill is set-up, not measured: it starts more indices a minute and
         # retries a failed placement soon; GitLab.com's settings apply from the spike's hour.
-        replay.settings(**{**GITLAB_COM, **FILL}, zoekt_node_eviction_safeguards=safeguards)
+        replay.settings(
+            **{**GITLAB_COM, **FILL},
+            zoekt_node_eviction_safeguards=how.safeguards,
+            zoekt_eviction_order=how.order,
+            zoekt_eviction_moves=how.moves,
+        )
         replay.load_catalog(*catalog_rows(roots, projects))
         for name in NODES:
             replay.add_node(name, disk_total_bytes=int(NODE_GIB * GIB), disk_base_used_bytes=0)
         replay.enable(list(roots), label="namespaces enabled")
         last_observed = [-math.inf]
 
-        def progress(r) -> None:
+        def watch(r) -> None:
+            # At the instant searches are drawn: a node that heartbeat this tick is online.
             tracker.note_evictions()
             sample = r.samples[-1].nodes[HOT]
             hot_disk.append((r.t, sample.disk_used_bytes / (NODE_GIB * GIB)))
             if r.t - last_observed[0] >= args.observe_every - 1e-9:
                 last_observed[0] = r.t
                 tracker.observe(args.observe_every)
+
+        replay.watch(watch)
+
+        def progress(r) -> None:
             if not args.quiet and int(r.t) % 3600 == 0:
                 state = fleet_state()
                 print(
-                    f"  [{scenario.name}/{mode}] {clock_text(r.t):>13}  short "
+                    f"  [{scenario.name}/{how.label}] {clock_text(r.t):>13}  short "
                     f"{state['namespaces_short']}/{state['namespaces']}  hot "
                     f"{100 * hot_disk[-1][1]:.1f}%  evictions {len(tracker.evictions)}  "
                     f"wall {time.perf_counter() - started:.0f}s",
@@ -233,9 +279,7 @@ def run_once(scenario: Scenario, mode: str, safeguards: bool, args):
             if scenario.spike_hours is not None
             else (scenario.after_hours + 1) * 3600
         )
-        replay.spike(
-            HOT, int(scenario.spike_gib * GIB), duration, ramp=scenario.spike_ramp_hours * 3600
-        )
+        replay.spike(HOT, int(scenario.spike_gib * GIB), duration, ramp=args.ramp_hours * 3600)
         replay.event(f"+{scenario.spike_gib:.0f} GiB on {HOT}")
         replay.run(scenario.after_hours * 3600, progress=progress)
         wall = time.perf_counter() - started
@@ -249,7 +293,7 @@ def run_once(scenario: Scenario, mode: str, safeguards: bool, args):
 
         hot_index_after_cooldown = 0
         cooldown_starts = [d["created_at"] for d in decisions if d["node_id"] == hot_id]
-        if safeguards and cooldown_starts:
+        if how.safeguards and cooldown_starts:
             start = cooldown_starts[0]
             hot_index_after_cooldown = Index.objects.filter(
                 zoekt_node_id=hot_id,
@@ -261,8 +305,9 @@ def run_once(scenario: Scenario, mode: str, safeguards: bool, args):
     after = [s for s in replay.samples if s.t >= spike_at]
     result = {
         "scenario": scenario.name,
-        "mode": mode,
+        "mode": how.label,
         **tracker.figures(),
+        **move_figures(),
         "dark_searches": sum(s.dark for s in after),
         "searches": sum(s.searches for s in after),
         "decisions_applied": len(decisions),
@@ -283,6 +328,30 @@ def run_once(scenario: Scenario, mode: str, safeguards: bool, args):
     return replay, result
 
 
+def move_figures() -> dict:
+    """Moves from their records: namespaces moved, durations (planned to done), fallbacks
+    (delete-first), parked, and those still in flight at the end."""
+    from zoekt.models import Move
+
+    rows = list(Move.objects.values("state", "namespace_id", "created_at", "done_at"))
+    done = [r for r in rows if r["state"] == Move.State.DONE]
+    durations = sorted((r["done_at"] - r["created_at"]).total_seconds() for r in done)
+
+    def pct(q: float) -> float | None:
+        if not durations:
+            return None
+        return durations[min(len(durations) - 1, max(0, math.ceil(q * len(durations)) - 1))]
+
+    return {
+        "namespaces_moved": len({r["namespace_id"] for r in done}),
+        "move_p50_s": pct(0.5),
+        "move_p90_s": pct(0.9),
+        "fallbacks": sum(1 for r in rows if r["state"] == Move.State.FALLEN_BACK),
+        "parked": sum(1 for r in rows if r["state"] == Move.State.PARKED),
+        "moves_in_flight": sum(1 for r in rows if r["state"] in Move.LIVE),
+    }
+
+
 def print_table(scenario: Scenario, results: list[dict], args) -> None:
     first = results[0]
     print()
@@ -295,24 +364,28 @@ def print_table(scenario: Scenario, results: list[dict], args) -> None:
     )
     print()
     header = (
-        f"{'mode':<11} {'evicted':>8} {'same node':>10} {'twice':>6} "
-        f"{'ns-hours dark':>14} {'dark searches':>14} {'hot peak':>9} {'hot end':>8} "
+        f"{'mode':<14} {'evicted':>8} {'same node':>10} {'twice':>6} "
+        f"{'ns-hours dark':>14} {'dark searches':>14} {'moved':>6} {'move p50':>9} "
+        f"{'move p90':>9} {'fallback':>9} {'parked':>7} {'hot peak':>9} {'hot end':>8} "
         f"{'wall':>6}"
     )
     print(header)
     print("-" * len(header))
     for r in results:
         print(
-            f"{r['mode']:<11} {r['namespaces_evicted']:>8} {r['replaced_on_same_node']:>10} "
+            f"{r['mode']:<14} {r['namespaces_evicted']:>8} {r['replaced_on_same_node']:>10} "
             f"{r['evicted_twice']:>6} {r['namespace_hours_without_ready_replica']:>14.1f} "
-            f"{r['dark_searches']:>14,} {r['hot_peak_percent']:>8.1f}% "
+            f"{r['dark_searches']:>14,} {r['namespaces_moved']:>6} "
+            f"{clock_text(r['move_p50_s']):>9} {clock_text(r['move_p90_s']):>9} "
+            f"{r['fallbacks']:>9} {r['parked']:>7} {r['hot_peak_percent']:>8.1f}% "
             f"{r['hot_final_percent']:>7.1f}% {r['wall_s']:>5.0f}s"
         )
     for r in results:
         print(
             f"  {r['mode']}: {r['decisions_applied']} decisions applied {r['decision_reasons']}, "
             f"converged after {clock_text(r['converged_after_s'])}, "
-            f"placed on {HOT} during its cooldown: {r['placed_on_hot_during_cooldown']}"
+            f"placed on {HOT} during its cooldown: {r['placed_on_hot_during_cooldown']}, "
+            f"moves still in flight: {r['moves_in_flight']}"
         )
 
 
@@ -323,7 +396,13 @@ def plot(scenario: Scenario, runs, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
-    colors = {"safeguards": "#2a7", "legacy": "#c44"}
+    colors = {
+        "safeguards": "#2a7",
+        "largest-fit": "#27c",
+        "delete": "#e90",
+        "delete-largest": "#a6c",
+        "legacy": "#c44",
+    }
     for mode, replay in runs:
         t0 = replay.spike_at
         axes[0].plot(
@@ -371,7 +450,7 @@ def main(scenario: Scenario, parser: argparse.ArgumentParser) -> int:
     import json
 
     parser.add_argument("--seed", type=int, default=5)
-    parser.add_argument("--groups", type=int, default=450)
+    parser.add_argument("--groups", type=int, default=300)
     parser.add_argument("--searches-per-minute", type=int, default=100)
     parser.add_argument("--tick", type=float, default=30.0, help="simulated seconds per tick")
     parser.add_argument(
@@ -381,8 +460,14 @@ def main(scenario: Scenario, parser: argparse.ArgumentParser) -> int:
         help="indexing MiB/s per task",
     )
     parser.add_argument("--observe-every", type=float, default=300.0)
+    parser.add_argument(
+        "--ramp-hours",
+        type=float,
+        default=scenario.spike_ramp_hours,
+        help="hours over which the extra bytes are written",
+    )
     parser.add_argument("--converge-hours", type=float, default=12.0)
-    parser.add_argument("--modes", default="safeguards,legacy")
+    parser.add_argument("--modes", default=",".join(mode.label for mode in scenario.modes))
     parser.add_argument(
         "--chart", type=Path, default=ROOT / "docs" / "replays" / f"{scenario.name}.png"
     )
@@ -393,12 +478,12 @@ def main(scenario: Scenario, parser: argparse.ArgumentParser) -> int:
     setup_django(scenario.suffix)
     wanted = args.modes.split(",")
     runs, results = [], []
-    for mode, safeguards in MODES:
-        if mode not in wanted:
+    for how in scenario.modes:
+        if how.label not in wanted:
             continue
-        print(f"run: {mode}", file=sys.stderr)
-        replay, result = run_once(scenario, mode, safeguards, args)
-        runs.append((mode, replay))
+        print(f"run: {how.label}", file=sys.stderr)
+        replay, result = run_once(scenario, how, args)
+        runs.append((how.label, replay))
         results.append(result)
     print_table(scenario, results, args)
     plot(scenario, runs, args.chart)
@@ -412,7 +497,7 @@ SCENARIO = Scenario(
     title="Transient spike on zoekt-0 (740/3,023 of its disk for 7 h)",
     suffix="replay_spike",
     spike_gib=740.0,
-    spike_ramp_hours=4.0,
+    spike_ramp_hours=2.0,
     spike_hours=7.0,
     after_hours=20.0,
 )
