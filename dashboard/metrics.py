@@ -23,7 +23,7 @@ import hmac
 from collections.abc import Iterator
 
 from django.conf import settings
-from django.db.models import Count, F
+from django.db.models import Count, F, Sum
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET
 from prometheus_client import CollectorRegistry, generate_latest
@@ -41,7 +41,7 @@ from eviction.queries import eviction_overview
 from planner.models import RolloutPlan
 from zoekt import clock, jobmetrics, nodeapimetrics
 from zoekt.logging import get_logger
-from zoekt.models import Index, Repository
+from zoekt.models import Index, Move, Repository
 
 log = get_logger(__name__)
 
@@ -324,6 +324,37 @@ class FleetCollector:
         for node in overview.over_high:
             over_high.add_metric([str(node.node_id), node.node_name], node.over_high_seconds)
         yield from (applied, namespaces, skipped, cooling, over_high)
+        yield from self._moves()
+
+    def _moves(self) -> Iterator[Metric]:
+        """Moves by state and reason, and the bytes moving (one grouped query)."""
+        by_state = _gauge(
+            "zoekt_control_moves",
+            "Moves kept, by state and reason (in flight: planned, building, ready_to_swap, "
+            "swapping; fallbacks and parked moves carry their reason).",
+            ("state", "reason"),
+        )
+        moving = _gauge(
+            "zoekt_control_moving_bytes", "Used bytes of the indices being moved off their node."
+        )
+        rows = (
+            Move.objects.order_by()
+            .values_list("state", "reason")
+            .annotate(n=Count("id"), size=Sum("bytes"))
+            .values_list("state", "reason", "n", "size")
+        )
+        seen = set()
+        in_flight = 0
+        for state, reason, count, size in rows:
+            by_state.add_metric([state, reason], count)
+            seen.add(state)
+            if state in Move.LIVE:
+                in_flight += size or 0
+        for state in Move.State.values:
+            if state not in seen:
+                by_state.add_metric([state, ""], 0)
+        moving.add_metric([], in_flight)
+        yield from (by_state, moving)
 
     def _jobs(self) -> Iterator[Metric]:
         """Runs and durations of every job (``zoekt.jobmetrics``, one Redis round trip)."""

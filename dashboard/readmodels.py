@@ -16,6 +16,7 @@ a template or a Prometheus collector can read without touching the ORM.
   ``planner.records``.
 * ``eviction_page``: the nodes over the high watermark and in cooldown
   (``eviction.queries.eviction_overview``) and a page of eviction decisions.
+* ``move_page``: the live moves and a page of recent ones, with durations.
 * ``demo_progress``: nodes online, namespaces with a ready replica, indices
   and repositories by state (what ``make demo`` prints while it converges).
 
@@ -45,6 +46,7 @@ from zoekt.capacity import NodeWatermark
 from zoekt.models import (
     EnabledNamespace,
     Index,
+    Move,
     Namespace,
     Node,
     Replica,
@@ -415,8 +417,8 @@ def namespace_page(
     ``query`` is a root namespace id or part of its path; ``filter`` one of
     ``NAMESPACE_FILTERS``, ``sort`` one of ``NAMESPACE_SORTS`` (ties by root
     namespace id); anything else raises ``UnknownChoice``. Queries: the count
-    and the page (2), the page's replicas (1) and indices (1), and searchable
-    nodes (2).
+    and the page (2), the page's replicas (1) and indices (1), searchable
+    nodes (2) and the live moves' build replicas (1).
     """
     if filter not in NAMESPACE_FILTERS:
         raise UnknownChoice("filter", filter, NAMESPACE_FILTERS)
@@ -494,11 +496,22 @@ def namespace_page(
             used[enabled_id][replica_id] += used_bytes
             per_replica[enabled_id][replica_id] += 1
     # zoekt.search_targets' rule: a ready replica whose every index is ready
-    # and on a searchable node (a replica with no index never appears here).
+    # and on a searchable node (a replica with no index never appears here), and
+    # not a live move's build replica (a partial copy until the swap).
+    building = (
+        set(
+            Move.objects.live()
+            .filter(zoekt_enabled_namespace_id__in=ids, replacement_replica_id__isnull=False)
+            .values_list("replacement_replica_id", flat=True)
+        )
+        if index_rows
+        else set()
+    )
     searchable_enabled = {
         replica_states[replica_id][0]
         for replica_id, entries in by_replica.items()
         if replica_id in replica_states
+        and replica_id not in building
         and replica_states[replica_id][1] == Replica.State.READY
         and all(
             state == Index.State.READY and node_id in searchable_nodes for node_id, state in entries
@@ -1172,4 +1185,81 @@ def demo_progress(now: datetime | None = None) -> DemoProgress:
         },
         repositories_ready=repositories.get(Repository.State.READY, 0),
         repositories=sum(repositories.values()),
+    )
+
+
+# ----------------------------------------------------------------------------
+# Moves
+# ----------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class MoveRow:
+    id: int
+    trigger: str
+    state: str
+    reason: str
+    namespace_id: int
+    namespace_path: str | None
+    source_node: str
+    target_node: str | None
+    bytes: int
+    created_at: datetime
+    deadline_at: datetime | None
+    #: Planned to done (or to now, while live; to parked or fallen back).
+    seconds: int
+    live: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class MovePage:
+    live: list[MoveRow]
+    recent: Page
+    rows: list[MoveRow]
+    #: ``{state: count}`` over every move kept.
+    states: dict[str, int]
+
+
+def _move_row(move: Move, paths: dict[int, str], now: datetime) -> MoveRow:
+    end = move.done_at or move.parked_at or move.fallen_back_at or move.cancelled_at or now
+    return MoveRow(
+        id=move.id,
+        trigger=move.trigger,
+        state=move.state,
+        reason=move.reason,
+        namespace_id=move.namespace_id,
+        namespace_path=paths.get(move.namespace_id),
+        source_node=move.source_node.name if move.source_node else "(gone)",
+        target_node=move.target_node.name if move.target_node else None,
+        bytes=move.bytes,
+        created_at=move.created_at,
+        deadline_at=move.deadline_at,
+        seconds=max(0, int((end - move.created_at).total_seconds())),
+        live=move.live,
+    )
+
+
+def move_page(*, page: int | str = 1, per_page: int = 50, now: datetime | None = None) -> MovePage:
+    """The live moves (oldest first) and a page of the finished ones (newest first).
+
+    Queries: states (1), live (1), the count and the page (2), paths (1).
+    """
+    now = now or clock.now()
+    states = dict(_grouped(Move.objects, "state"))
+    related = Move.objects.select_related("source_node", "target_node")
+    live = list(related.live().order_by("id"))
+    recent = Paginator(related.exclude(state__in=Move.LIVE).order_by("-id"), per_page).get_page(
+        page
+    )
+    finished = list(recent.object_list)
+    paths = dict(
+        Namespace.objects.filter(id__in={m.namespace_id for m in [*live, *finished]}).values_list(
+            "id", "path"
+        )
+    )
+    return MovePage(
+        live=[_move_row(m, paths, now) for m in live],
+        recent=recent,
+        rows=[_move_row(m, paths, now) for m in finished],
+        states=states,
     )

@@ -3,7 +3,7 @@
 ``/admin/dashboard/`` (the fleet), ``.../plans/`` and ``.../plans/<id>/``
 (recent rollout plans), ``.../namespaces/`` and ``.../namespaces/<root id>/``,
 ``.../evictions/`` (nodes over the high watermark, in cooldown, and the
-eviction decisions).
+eviction decisions), ``.../moves/`` (moves in flight and recent).
 Each view reads one function of ``dashboard.readmodels`` (a fixed number of
 queries) and renders a template under ``templates/zoekt/dashboard/`` that
 extends the admin's ``base_site.html``; charts are inline SVG drawn by
@@ -30,6 +30,7 @@ PAGES = (
     ("plans", "Rollout plans"),
     ("namespaces", "Namespaces"),
     ("evictions", "Evictions"),
+    ("moves", "Moves"),
 )
 
 
@@ -335,6 +336,17 @@ def evictions(request: HttpRequest) -> HttpResponse:
     )
 
 
+def moves(request: HttpRequest) -> HttpResponse:
+    return _render(
+        request,
+        "moves.html",
+        "moves",
+        "Moves",
+        moves=readmodels.move_page(page=request.GET.get("page", 1)),
+        page=None,
+    )
+
+
 def urls() -> list:
     view = admin.site.admin_view
     return [
@@ -343,6 +355,7 @@ def urls() -> list:
         path("plans/", view(plans), name="dashboard-plans"),
         path("plans/<int:plan_id>/", view(plan), name="dashboard-plan"),
         path("namespaces/", view(namespaces), name="dashboard-namespaces"),
+        path("moves/", view(moves), name="dashboard-moves"),
         path("namespaces/<int:root_namespace_id>/", view(namespace), name="dashboard-namespace"),
         path("evictions/", view(evictions), name="dashboard-evictions"),
     ]

@@ -6,7 +6,11 @@ locks the node row, re-checks that the chosen indices are still where and
 what the decision saw, records the decision (``EvictionDecision``) and,
 when it is applied, takes the chosen indices off the node:
 
-* node level: the replicas holding the chosen indices are evicted at once
+* with the safeguards and ``zoekt_eviction_moves`` on (the default), for any
+  trigger: each chosen index is moved (``eviction.moves``: its replacement
+  built on another node while it serves, then swapped in); only recorded
+  fallbacks (critical watermark, no node with room) are deleted now;
+* otherwise, node level: the replicas holding the chosen indices are evicted at once
   (legacy: every replica of the chosen namespaces, GitLab's
   ``Replica.for_namespace``), through ``zoekt.actions.do_evict_replicas``,
   the one explicit replica-eviction path;
@@ -24,6 +28,7 @@ gone.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
@@ -32,11 +37,12 @@ from django.conf import settings as django_settings
 from django.db import transaction
 from django.db.models import F
 
+from eviction import moves
 from eviction import policy as p
 from eviction.models import EvictionDecision
 from zoekt import actions, app_settings, buffer_factor, capacity, clock
 from zoekt.logging import get_logger
-from zoekt.models import EnabledNamespace, Index, Namespace, Node, Replica
+from zoekt.models import EnabledNamespace, Index, Move, Namespace, Node, Replica
 from zoekt.reasons import Reason
 
 log = get_logger(__name__)
@@ -110,7 +116,9 @@ def run_node_level(*, now: datetime | None = None) -> dict[str, Any]:
     hot = list(online.high_watermark_exceeded().order_by("id"))
     if not hot:
         return {"skipped": Reason.CONDITION_NOT_MET, "nodes_over_high_watermark": 0}
-    rows = index_rows(Index.objects.filter(zoekt_node__in=hot))
+    # Indices already moving are on their way out: not chosen again, and their bytes
+    # count as gone from the node's projected use.
+    rows = index_rows(Index.objects.filter(zoekt_node__in=hot).exclude(id__in=_moving_index_ids()))
     sizes = None
     if not rules.safeguards:
         sizes = dict(
@@ -126,9 +134,14 @@ def run_node_level(*, now: datetime | None = None) -> dict[str, Any]:
             .not_in_eviction_cooldown(now)
             .order_by("id")
         ]
-    decisions = p.node_level(
-        node_states(hot), rows, rules, now, namespace_sizes=sizes, targets=targets
-    )
+    states = node_states(hot)
+    if rules.safeguards:
+        leaving = moves.moving_bytes_by_source()
+        states = [
+            dataclasses.replace(s, used_bytes=max(s.used_bytes - leaving.get(s.id, 0), 0))
+            for s in states
+        ]
+    decisions = p.node_level(states, rows, rules, now, namespace_sizes=sizes, targets=targets)
     return _carry_out(decisions, settings, now, nodes_over_high_watermark=len(hot))
 
 
@@ -138,7 +151,9 @@ def run_index_watermark(*, now: datetime | None = None) -> dict[str, Any]:
     settings = app_settings.current()
     rules = policy_from_settings(settings)
     critical = index_rows(
-        Index.objects.should_be_pending_eviction().order_by("id")[:PENDING_EVICTION_BATCH_SIZE]
+        Index.objects.should_be_pending_eviction()
+        .exclude(id__in=_moving_index_ids())
+        .order_by("id")[:PENDING_EVICTION_BATCH_SIZE]
     )
     if not critical:
         return {"skipped": Reason.CONDITION_NOT_MET, "critical_indices": 0}
@@ -163,7 +178,9 @@ def run_negative_unclaimed(node_ids: list[int], *, now: datetime | None = None) 
         .negative_unclaimed_storage_bytes()
         .order_by("id")
     )
-    rows = index_rows(Index.objects.filter(zoekt_node__in=nodes))
+    rows = index_rows(
+        Index.objects.filter(zoekt_node__in=nodes).exclude(id__in=_moving_index_ids())
+    )
     decisions = p.negative_unclaimed(node_states(nodes), rows, rules, now)
     return _carry_out(
         decisions, settings, now, nodes_listed=len(node_ids), nodes_negative=len(nodes)
@@ -171,6 +188,11 @@ def run_negative_unclaimed(node_ids: list[int], *, now: datetime | None = None) 
 
 
 PENDING_EVICTION_BATCH_SIZE = 1_000
+
+
+def _moving_index_ids():
+    """The source indices of live moves: on their way out, never chosen a second time."""
+    return Move.objects.live().values("source_index_ref")
 
 
 def _carry_out(
@@ -230,7 +252,36 @@ def do_apply_decision(
         details: dict[str, Any] = dict(decision.details)
         if stale:
             details["changed_since_decided"] = stale
-        if decision.trigger == p.NODE_LEVEL:
+        use_moves = decision.mode == p.SAFEGUARDS and settings.eviction_moves and node is not None
+        if use_moves:
+            rules = policy_from_settings(settings)
+            # Move instead of delete, for every trigger: each chosen index's replacement
+            # is built elsewhere while it serves; only the recorded fallbacks go now.
+            started = moves.start_moves(
+                chosen,
+                source=node,
+                trigger=decision.trigger,
+                critical=bool(decision.total_bytes)
+                and decision.used_bytes / decision.total_bytes >= rules.critical,
+                target_ceiling=rules.high - capacity.EVICTION_HYSTERESIS,
+                settings=settings,
+                now=now,
+            )
+            details["moves_started"] = [m.id for m in started.moves]
+            details["not_moved"] = started.not_moved
+            moving = {m.source_index_ref for m in started.moves}
+            fallback = set(started.fallback_replica_ids)
+            chosen = [c for c in chosen if c.index_id in moving or c.replica_id in fallback]
+            if not chosen:
+                return _record_skipped(
+                    decision,
+                    node,
+                    now,
+                    reason=Reason.EVICTION_NOTHING_ELIGIBLE,
+                    not_moved=started.not_moved,
+                )
+            _evict(sorted(fallback), details, now)
+        elif decision.trigger == p.NODE_LEVEL:
             if decision.mode == p.LEGACY:
                 replica_ids = list(
                     Replica.objects.filter(namespace_id__in=decision.namespace_ids).values_list(
@@ -241,16 +292,13 @@ def do_apply_decision(
                     root_namespace_id__in=decision.namespace_ids
                 ):
                     enabled.update_last_used_storage_bytes()
+                _evict(replica_ids, details, now, record_used=False)
             else:
-                replica_ids = sorted({c.replica_id for c in chosen if c.replica_id is not None})
-                for enabled in EnabledNamespace.objects.filter(
-                    replicas__id__in=replica_ids
-                ).distinct():
-                    enabled.update_last_used_storage_bytes()
-            details["namespaces_left_without_ready_replica"] = _left_dark(replica_ids)
-            evicted = actions.do_evict_replicas(replica_ids, now=now)
-            details["replicas_deleted"] = evicted.replicas_deleted
-            details["indices_evicted"] = evicted.indices_evicted
+                _evict(
+                    sorted({c.replica_id for c in chosen if c.replica_id is not None}),
+                    details,
+                    now,
+                )
         else:
             # GitLab's walk (legacy) re-marks evicted and orphaned indices too;
             # the safeguards chose ready ones only (re-checked above).
@@ -273,6 +321,8 @@ def do_apply_decision(
             namespaces_affected=len(namespace_ids),
             details=details,
         )
+        if details.get("moves_started"):
+            Move.objects.filter(id__in=details["moves_started"]).update(decision_id=row.id)
         if node is not None and decision.mode == p.SAFEGUARDS:
             node.eviction_cooldown_until = now + timedelta(
                 seconds=settings.eviction_cooldown_seconds
@@ -292,6 +342,20 @@ def do_apply_decision(
         projected_used_bytes=decision.projected_used_bytes,
     )
     return row
+
+
+def _evict(
+    replica_ids: list[int], details: dict[str, Any], now: datetime, *, record_used: bool = True
+) -> None:
+    """Delete these replicas (the one replica-eviction path), writing into ``details``
+    how many namespaces that leaves without a ready replica."""
+    if record_used:
+        for enabled in EnabledNamespace.objects.filter(replicas__id__in=replica_ids).distinct():
+            enabled.update_last_used_storage_bytes()
+    details["namespaces_left_without_ready_replica"] = _left_dark(replica_ids)
+    evicted = actions.do_evict_replicas(replica_ids, now=now)
+    details["replicas_deleted"] = evicted.replicas_deleted
+    details["indices_evicted"] = evicted.indices_evicted
 
 
 def _recheck(decision: p.Decision) -> tuple[list[p.Chosen], int]:
@@ -342,10 +406,11 @@ def _record_skipped(
     *,
     reason: str | None = None,
     changed: int = 0,
+    **extra: Any,
 ) -> EvictionDecision:
     """A skipped decision; one that repeats the node's last one for its trigger is folded in."""
     reason = reason or decision.reason
-    details = dict(decision.details)
+    details = {**decision.details, **extra}
     if changed:
         details["changed_since_decided"] = changed
     last = (

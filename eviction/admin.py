@@ -1,4 +1,4 @@
-"""The eviction decisions in the admin: read-only, newest first."""
+"""The eviction decisions and the moves in the admin: read-only, newest first."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from django.contrib import admin
 
 from eviction.models import EvictionDecision
 from zoekt.admin import bytes_column
+from zoekt.models import Move
 
 
 @admin.register(EvictionDecision)
@@ -31,6 +32,43 @@ class EvictionDecisionAdmin(admin.ModelAdmin):
     chosen_size = bytes_column("chosen_bytes", "evicted (used bytes)")
     used_size = bytes_column("used_bytes", "node used", "used_bytes")
     projected_size = bytes_column("projected_used_bytes", "projected after")
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+
+@admin.register(Move)
+class MoveAdmin(admin.ModelAdmin):
+    """Moves (``eviction.moves``): live ones hold their namespace's lease."""
+
+    list_display = (
+        "id",
+        "created_at",
+        "trigger",
+        "state",
+        "reason",
+        "namespace_id",
+        "source_node",
+        "target_node",
+        "source_index_ref",
+        "replacement_index",
+        "moved_size",
+        "deadline_at",
+        "done_at",
+    )
+    list_filter = ("state", "trigger", "reason")
+    search_fields = ("=namespace_id", "=source_index_ref")
+    ordering = ("-id",)
+    list_select_related = ("source_node", "target_node")
+    moved_size = bytes_column("bytes", "bytes")
+
+    def get_search_results(self, request, queryset, search_term):
+        if search_term and not search_term.strip().isdigit():
+            return queryset.none(), False
+        return super().get_search_results(request, queryset, search_term)
 
     def has_add_permission(self, request) -> bool:
         return False

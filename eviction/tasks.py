@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from eviction import actions
+from eviction import actions, moves
 from zoekt.locks import LockKey
 from zoekt.scheduling.events import run_event
 
@@ -39,3 +39,10 @@ def evict_overcommitted_nodes_task(node_ids: list[int]) -> dict:
         lambda: actions.run_negative_unclaimed(node_ids),
         lock=LockKey.EVENT_EVICT_OVERCOMMITTED_NODES,
     )
+
+
+@shared_task(name="eviction.advance_moves")
+def advance_moves_task() -> dict:
+    """Every live move one step further (``eviction.moves``): swap what is ready, park
+    what is stuck. Row locks, not a global lock: two runs at once share the work."""
+    return run_event("advance_moves", moves.advance_moves)

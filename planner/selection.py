@@ -36,10 +36,18 @@ from datetime import datetime
 from typing import Any
 
 from django.contrib.postgres.fields import ArrayField
-from django.db.models import BigIntegerField, Func, IntegerField, OuterRef, Subquery, Value
+from django.db.models import (
+    BigIntegerField,
+    Exists,
+    Func,
+    IntegerField,
+    OuterRef,
+    Subquery,
+    Value,
+)
 
 from zoekt import app_settings, clock, memory
-from zoekt.models import EnabledNamespace, Namespace, Node
+from zoekt.models import EnabledNamespace, Move, Namespace, Node
 from zoekt.reasons import Reason
 
 #: GitLab's ``each_batch_with_mismatched_replicas`` batch size.
@@ -147,9 +155,11 @@ class SelectionService:
         """
         default = self.settings.default_number_of_replicas
         limit = MAX_PROJECTS_PER_NAMESPACE
+        # A namespace with a live move is the move's until it ends: its replacement
+        # replica would look like a surplus to destroy (pending first, newest first).
         allowed = EnabledNamespace.objects.with_rollout_allowed(
             self.settings.rollout_retry_interval_seconds, self.now
-        )
+        ).exclude(Exists(Move.objects.live().filter(zoekt_enabled_namespace=OuterRef("pk"))))
         selected: list[SelectedNamespace] = []
         self.skipped = []
         after = 0

@@ -32,6 +32,7 @@ from zoekt.models import (
     EnabledNamespace,
     ForkNetworkMember,
     Index,
+    Move,
     Node,
     ProjectFeature,
     Replica,
@@ -102,13 +103,22 @@ def fleet(now):
     NamespaceRootStorageStatisticsFactory(namespace=repo.project.namespace)
     ProjectFeature.objects.create(project=repo.project)
     ForkNetworkMember.objects.create(project=repo.project, forked_from_project=ProjectFactory())
+    Move.objects.create(
+        trigger="node_level",
+        zoekt_enabled_namespace=repo.zoekt_index.zoekt_enabled_namespace,
+        namespace_id=repo.zoekt_index.namespace_id,
+        source_node=node,
+        source_index=repo.zoekt_index,
+        source_index_ref=repo.zoekt_index_id,
+        bytes=GIB,
+    )
     app_settings.load_row()
     return repo
 
 
 def test_every_zoekt_model_is_registered():
     assert set(ZOEKT_MODELS) <= set(admin.site._registry)
-    assert len(ZOEKT_MODELS) == 13
+    assert len(ZOEKT_MODELS) == 14
 
 
 def test_site_titles(admin_client):

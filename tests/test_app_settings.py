@@ -49,6 +49,10 @@ GITLAB_DEFAULTS = {
     "eviction_sustain_seconds": 8 * 3600,
     "eviction_cooldown_seconds": 12 * 3600,
     "eviction_order": "smallest_used_first",
+    "eviction_moves": True,
+    "move_max_per_source": 2,
+    "move_max_per_target": 2,
+    "move_max_in_cluster": 10,
     # Memory-aware planning (docs/memory.md): off until the budget is set.
     "memory_ratio": 0.5,
     "node_memory_budget_bytes": None,

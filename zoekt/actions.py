@@ -394,6 +394,17 @@ class EvictedReplicas:
     indices_evicted: int
 
 
+def do_evict_index(index_id: int, *, now=None) -> int:
+    """Evict exactly this index and nothing else: it leaves its replica (which keeps its
+    other indices) as ``evicted``, and the scheduling jobs orphan it and delete it with
+    its repositories on the node. The single-index path a move's swap takes; runs in the
+    caller's transaction. Returns the rows changed (0 or 1)."""
+    now = now or clock.now()
+    return Index.objects.filter(id=index_id).update(
+        state=Index.State.EVICTED, zoekt_replica_id=None, updated_at=now
+    )
+
+
 def do_evict_replicas(replica_ids: list[int], *, now=None) -> EvictedReplicas:
     """Evict exactly these replicas: every index of theirs becomes ``evicted``, the rows go.
 

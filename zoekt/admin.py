@@ -907,6 +907,10 @@ SETTINGS_FIELDSETS = (
                 "zoekt_eviction_sustain_period",
                 "zoekt_eviction_cooldown",
                 "zoekt_eviction_order",
+                "zoekt_eviction_moves",
+                "zoekt_move_max_per_source",
+                "zoekt_move_max_per_target",
+                "zoekt_move_max_in_cluster",
             )
         },
     ),

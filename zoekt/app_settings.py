@@ -88,6 +88,10 @@ class ZoektSettings:
     eviction_sustain_seconds: int = 8 * 3600
     eviction_cooldown_seconds: int = 12 * 3600
     eviction_order: str = "smallest_used_first"
+    eviction_moves: bool = True
+    move_max_per_source: int = 2
+    move_max_per_target: int = 2
+    move_max_in_cluster: int = 10
     # Memory-aware planning (docs/memory.md).
     memory_ratio: float = 0.5
     #: None (the default): memory planning is off and the plan is the disk-only plan.
@@ -152,6 +156,10 @@ def from_row(row) -> ZoektSettings:
         )
         or 12 * 3600,
         eviction_order=row.zoekt_eviction_order,
+        eviction_moves=row.zoekt_eviction_moves,
+        move_max_per_source=row.zoekt_move_max_per_source,
+        move_max_per_target=row.zoekt_move_max_per_target,
+        move_max_in_cluster=row.zoekt_move_max_in_cluster,
         memory_ratio=row.zoekt_memory_ratio,
         node_memory_budget_bytes=row.zoekt_node_memory_budget_bytes,
         memory_auto_calibration=row.zoekt_memory_auto_calibration,

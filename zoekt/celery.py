@@ -13,6 +13,7 @@ from celery import Celery
 from celery.signals import task_postrun, task_prerun
 
 from dashboard.beat import DASHBOARD_BEAT
+from eviction.beat import EVICTION_BEAT
 from zoekt import jobmetrics
 from zoekt.scheduling.beat import SCHEDULING_BEAT
 
@@ -55,4 +56,5 @@ BEAT_SCHEDULE = {
 }
 BEAT_SCHEDULE.update(SCHEDULING_BEAT)
 BEAT_SCHEDULE.update(DASHBOARD_BEAT)
+BEAT_SCHEDULE.update(EVICTION_BEAT)
 app.conf.beat_schedule = BEAT_SCHEDULE

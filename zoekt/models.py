@@ -29,6 +29,7 @@ from zoekt.metadata_schema import (
 from zoekt.querysets import (
     EnabledNamespaceQuerySet,
     IndexQuerySet,
+    MoveQuerySet,
     NamespaceQuerySet,
     NodeQuerySet,
     ReplicaQuerySet,
@@ -774,6 +775,119 @@ class Task(ClockStampedModel):
         return f"{self.get_task_type_display()} task {self.id} for node {self.zoekt_node_id}"
 
 
+class Move(ClockStampedModel):
+    """A move of one index off a node: its replacement is built elsewhere while it serves.
+
+    Not a GitLab table (``zoekt_moves``). It lives with the domain because it
+    is the lease every reconciler respects: while a move is live, the rollout
+    leaves its namespace alone (the replacement replica would look like a
+    surplus to destroy), and nothing else deletes its source or its
+    replacement. The machinery that plans, builds and swaps moves is the
+    eviction package's (``eviction.moves``); docs/eviction.md has the states.
+
+    The replacement index covers the source's project range on a node that
+    holds no index of the namespace, in a build replica of its own; the swap
+    puts it in the source's place in the serving replica and evicts the source
+    index alone, once the replacement is ready on a searchable node.
+    """
+
+    class State(models.TextChoices):
+        PLANNED = "planned"
+        BUILDING = "building"
+        READY_TO_SWAP = "ready_to_swap"
+        SWAPPING = "swapping"
+        DONE = "done"
+        FALLEN_BACK = "fallen_back"
+        PARKED = "parked"
+        CANCELLED = "cancelled"
+
+    #: States in which the move holds its lease.
+    LIVE = (State.PLANNED, State.BUILDING, State.READY_TO_SWAP, State.SWAPPING)
+    #: How long a move may take: a floor plus a time per byte (TiDB PD's rule of a
+    #: deadline that grows with the size, at 1 MiB/s of progress), see docs/eviction.md.
+    DEADLINE_FLOOR_SECONDS = 3600
+    DEADLINE_SECONDS_PER_BYTE = 1 / (1024 * 1024)
+
+    id = models.BigAutoField(primary_key=True)
+    trigger = models.CharField(max_length=32)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.PLANNED)
+    #: Why it fell back, was parked or cancelled (a ``zoekt.reasons`` code).
+    reason = models.CharField(max_length=64, blank=True, default="")
+    #: The eviction decision that asked for it (``zoekt_eviction_decisions.id``).
+    decision_id = models.BigIntegerField(null=True, blank=True)
+    zoekt_enabled_namespace = models.ForeignKey(
+        EnabledNamespace, on_delete=models.CASCADE, related_name="moves"
+    )
+    namespace_id = models.BigIntegerField()
+    source_node = models.ForeignKey(
+        Node, null=True, on_delete=models.SET_NULL, related_name="moves_out"
+    )
+    source_index = models.ForeignKey(
+        "Index", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    source_replica = models.ForeignKey(
+        Replica, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    #: The ids as they were, kept when the rows are gone after the swap.
+    source_index_ref = models.BigIntegerField()
+    source_replica_ref = models.BigIntegerField(null=True, blank=True)
+    project_namespace_id_from = models.BigIntegerField(null=True, blank=True)
+    project_namespace_id_to = models.BigIntegerField(null=True, blank=True)
+    target_node = models.ForeignKey(
+        Node, null=True, blank=True, on_delete=models.SET_NULL, related_name="moves_in"
+    )
+    replacement_replica = models.ForeignKey(
+        Replica, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    replacement_index = models.ForeignKey(
+        "Index", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    #: The source index's used bytes when the move was planned.
+    bytes = models.BigIntegerField(default=0)
+    deadline_at = models.DateTimeField(null=True, blank=True)
+    details = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(default=clock.now, editable=False)
+    updated_at = models.DateTimeField(default=clock.now, editable=False)
+    building_at = models.DateTimeField(null=True, blank=True)
+    ready_to_swap_at = models.DateTimeField(null=True, blank=True)
+    swapping_at = models.DateTimeField(null=True, blank=True)
+    done_at = models.DateTimeField(null=True, blank=True)
+    fallen_back_at = models.DateTimeField(null=True, blank=True)
+    parked_at = models.DateTimeField(null=True, blank=True)
+    cancelled_at = models.DateTimeField(null=True, blank=True)
+
+    objects = MoveQuerySet.as_manager()
+
+    class Meta:
+        db_table = "zoekt_moves"
+        indexes = [models.Index(fields=["state"], name="zoekt_moves_state")]
+        constraints = [
+            # At most one live move per source index, and per namespace (one-index
+            # namespaces): the database refuses a second, whatever the interleaving.
+            models.UniqueConstraint(
+                fields=["source_index_ref"],
+                condition=Q(state__in=["planned", "building", "ready_to_swap", "swapping"]),
+                name="zoekt_moves_one_live_per_source_index",
+            ),
+            models.UniqueConstraint(
+                fields=["zoekt_enabled_namespace"],
+                condition=Q(state__in=["planned", "building", "ready_to_swap", "swapping"]),
+                name="zoekt_moves_one_live_per_namespace",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"move {self.id} of index {self.source_index_ref} ({self.state})"
+
+    @property
+    def live(self) -> bool:
+        return self.state in self.LIVE
+
+    @classmethod
+    def deadline_seconds(cls, size_bytes: int) -> int:
+        return int(cls.DEADLINE_FLOOR_SECONDS + max(size_bytes, 0) * cls.DEADLINE_SECONDS_PER_BYTE)
+
+
 # ----------------------------------------------------------------------------
 # Application settings: one row
 # ----------------------------------------------------------------------------
@@ -899,6 +1013,35 @@ class ApplicationSetting(ClockStampedModel):
         ],
         help_text="Smallest first frees the node with the smallest namespaces; largest that fits "
         "affects far fewer namespaces.",
+    )
+    zoekt_eviction_moves = models.BooleanField(
+        "Move instead of delete",
+        default=True,
+        help_text="With the safeguards, node-level eviction builds each chosen one-index "
+        "namespace's replacement on another node and retires the copy on the full node only "
+        "once the replacement serves. Delete-first only at the critical watermark with no node "
+        "that has room, recorded as a fallback.",
+    )
+    zoekt_move_max_per_source = models.IntegerField(
+        "Moves building at once off one node",
+        default=2,
+        validators=[MinValueValidator(1)],
+        help_text="More chosen indices wait as planned moves and start as these finish "
+        "(Elasticsearch's default of 2 outgoing recoveries per node).",
+    )
+    zoekt_move_max_per_target = models.IntegerField(
+        "Moves building at once onto one node",
+        default=2,
+        validators=[MinValueValidator(1)],
+        help_text="Replacements a node builds at once (Elasticsearch's default of 2 incoming "
+        "recoveries per node): its indexing capacity keeps serving its own work.",
+    )
+    zoekt_move_max_in_cluster = models.IntegerField(
+        "Moves building at once in the fleet",
+        default=10,
+        validators=[MinValueValidator(1)],
+        help_text="The fleet's budget for moves; moves off a node at the critical watermark "
+        "do not count against it.",
     )
     # Memory-aware planning (docs/memory.md). Not GitLab settings: the memory issue's.
     zoekt_memory_ratio = models.FloatField(

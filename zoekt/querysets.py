@@ -346,6 +346,12 @@ class RepositoryQuerySet(models.QuerySet):
         return self.filter(project__isnull=True).exclude(state=self.model.State.ORPHANED)
 
 
+class MoveQuerySet(models.QuerySet):
+    def live(self):
+        """Moves holding their lease: planned, building, ready to swap or swapping."""
+        return self.filter(state__in=("planned", "building", "ready_to_swap", "swapping"))
+
+
 class TaskQuerySet(models.QuerySet):
     def perform_now(self, now: datetime | None = None) -> TaskQuerySet:
         return self.filter(perform_at__lte=now or clock.now())

@@ -38,7 +38,7 @@ from typing import Any
 from django.db.models import F
 
 from zoekt import clock
-from zoekt.models import EnabledNamespace, Index, Node, Replica
+from zoekt.models import EnabledNamespace, Index, Move, Node, Replica
 from zoekt.reasons import Reason
 
 
@@ -98,9 +98,19 @@ def search_targets_many(
     searching = [row.id for row in enabled.values() if row.search]
     indices: list[Index] = []
     if searching:
-        ready_replicas = Replica.objects.filter(
-            zoekt_enabled_namespace_id__in=searching, state=Replica.State.READY
-        ).with_all_ready_indices()
+        # A live move's replacement is built in a replica of its own, a partial copy
+        # until it joins the serving replica at the swap: never a search target.
+        ready_replicas = (
+            Replica.objects.filter(
+                zoekt_enabled_namespace_id__in=searching, state=Replica.State.READY
+            )
+            .exclude(
+                id__in=Move.objects.live()
+                .filter(replacement_replica_id__isnull=False)
+                .values("replacement_replica_id")
+            )
+            .with_all_ready_indices()
+        )
         indices = list(
             Index.objects.filter(zoekt_replica__in=ready_replicas)
             .select_related("zoekt_node")

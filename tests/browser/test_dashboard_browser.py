@@ -32,7 +32,7 @@ from tests.browser.conftest import (
 from tests.dashboard.builders import build_fleet, unplaced_namespace
 from zoekt import app_settings, clock, memory
 from zoekt.admin import human_bytes
-from zoekt.models import EnabledNamespace, Index, Node, Project, Replica
+from zoekt.models import EnabledNamespace, Index, Move, Node, Project, Replica
 
 # Fixed ids and a fixed plan time keep the screenshots the same from run to run.
 pytestmark = pytest.mark.django_db(transaction=True, reset_sequences=True)
@@ -73,6 +73,10 @@ def seed() -> dict:
     eviction.run_node_level()
     decisions = list(EvictionDecision.objects.order_by("-last_seen_at", "-id"))
     hot.refresh_from_db()
+
+    # zoekt-7's decision moved its indices (moves are on by default): one in flight.
+    move = Move.objects.select_related("source_node", "target_node").live().order_by("id")[0]
+    live_moves = Move.objects.live().count()
 
     # Two days of node history for zoekt-0, disk use rising, RSS swinging around the estimate.
     sampled = fleet.nodes[0]
@@ -156,6 +160,10 @@ def seed() -> dict:
                 app_settings.current().memory_ratio,
             )
         ),
+        "move_id": move.id,
+        "move_source": move.source_node.name,
+        "move_target": move.target_node.name,
+        "live_moves": str(live_moves),
         "sampled_node": sampled.name,
         "sampled_node_id": sampled.id,
         "samples": str(steps + 1),
@@ -304,6 +312,16 @@ def test_operator_reads_every_dashboard_page(browser_ready, live_server, tmp_pat
             assert text(page, f"{row} td.namespaces") == decision["namespaces"]
         screenshot(page, tmp_path, "dashboard-evictions")
 
+        # --- moves -------------------------------------------------------------------
+        page.click(".dashboard-tabs a[data-page=moves]")
+        page.wait_for_url(f"{base}/admin/dashboard/moves/")
+        row = f"#moves-live tr[data-move-id='{expected['move_id']}']"
+        assert text(page, f"{row} td.source") == expected["move_source"]
+        assert text(page, f"{row} td.target") == expected["move_target"]
+        assert text(page, f"{row} td.state") == "building"
+        assert text(page, "[data-figure=in-flight] .value") == expected["live_moves"]
+        screenshot(page, tmp_path, "dashboard-moves")
+
         # --- one node's history ----------------------------------------------------
         page.click(".dashboard-tabs a[data-page=fleet]")
         page.wait_for_url(f"{base}/admin/dashboard/")
@@ -329,7 +347,16 @@ def test_operator_reads_every_dashboard_page(browser_ready, live_server, tmp_pat
     assert "not among the last 50" in seen["placed_by"]
     # Set 3 h 12 min before the seed; the browser reads it a few seconds or minutes later.
     assert seen["waiting_clock"].startswith("3 h 1")
-    for name in ("fleet", "plans", "plan", "namespaces", "namespace", "evictions", "node"):
+    for name in (
+        "fleet",
+        "plans",
+        "plan",
+        "namespaces",
+        "namespace",
+        "evictions",
+        "moves",
+        "node",
+    ):
         assert (tmp_path / f"dashboard-{name}.png").stat().st_size > 10_000
     # A test run leaves the checkout as it was; `make screenshots` refreshes the docs.
     if not refreshing():

@@ -262,3 +262,56 @@ def test_plan_page_without_memory_shows_disk_only_and_names_cooling_nodes(admin_
     note = re.search(r'<p id="plan-cooling">(.*?)</p>', html, flags=re.S).group(1)
     assert cooling.name in note
     assert EnabledNamespace.objects.count() == 1
+
+
+# --- moves -----------------------------------------------------------------------------
+
+
+def test_moves_page_lists_moves_in_flight_and_recent_with_their_durations(admin_client, now):
+    from zoekt.models import Move
+
+    fleet = build_fleet(2, 2)
+    source, target = fleet.nodes
+    live = Move.objects.create(
+        trigger="node_level",
+        state=Move.State.BUILDING,
+        zoekt_enabled_namespace=fleet.namespaces[0],
+        namespace_id=fleet.namespaces[0].root_namespace_id,
+        source_node=source,
+        target_node=target,
+        source_index_ref=fleet.indices[0].id,
+        bytes=3 * GIB,
+        created_at=clock.now() - timedelta(minutes=42),
+    )
+    parked = Move.objects.create(
+        trigger="negative_unclaimed",
+        state=Move.State.PARKED,
+        reason="move_deadline_passed",
+        zoekt_enabled_namespace=fleet.namespaces[1],
+        namespace_id=fleet.namespaces[1].root_namespace_id,
+        source_node=target,
+        source_index_ref=fleet.indices[2].id,
+        bytes=GIB,
+        created_at=clock.now() - timedelta(hours=5),
+        parked_at=clock.now() - timedelta(hours=1),
+    )
+    response = admin_client.get(reverse("dashboard-moves"))
+    assert response.status_code == 200
+    live_row = row_html(response, "data-move-id", live.id)
+    assert cell(live_row, "duration") == "42 min"
+    assert (cell(live_row, "source"), cell(live_row, "target")) == (source.name, target.name)
+    parked_row = row_html(response, "data-move-id", parked.id)
+    assert cell(parked_row, "state") == "parked move deadline passed"
+    assert cell(parked_row, "duration") == "4 h"
+    html = response.content.decode()
+    assert (
+        html.index("moves-live")
+        < html.index(f'data-move-id="{live.id}"')
+        < html.index("moves-recent")
+        < html.index(f'data-move-id="{parked.id}"')
+    )
+    metrics = admin_client.get(reverse("metrics")).content.decode()
+    assert 'zoekt_control_moves{reason="",state="building"} 1.0' in metrics
+    assert 'zoekt_control_moves{reason="move_deadline_passed",state="parked"} 1.0' in metrics
+    moving = re.search(r"^zoekt_control_moving_bytes (\S+)$", metrics, flags=re.M)
+    assert float(moving.group(1)) == 3 * GIB

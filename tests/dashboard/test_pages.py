@@ -47,7 +47,13 @@ def size(value: int | None) -> str:
 # --- access ---------------------------------------------------------------------------
 
 
-PAGES = ["dashboard-fleet", "dashboard-plans", "dashboard-namespaces", "dashboard-evictions"]
+PAGES = [
+    "dashboard-fleet",
+    "dashboard-plans",
+    "dashboard-namespaces",
+    "dashboard-evictions",
+    "dashboard-moves",
+]
 
 
 @pytest.mark.parametrize("name", PAGES)

@@ -11,10 +11,13 @@ from zoekt.models import EnabledNamespace, Index, Node, Replica
 
 @pytest.fixture(autouse=True)
 def _eviction_on(db):
+    """Eviction on, and its delete step as GitLab has it (moves off): the decision tests
+    check what is deleted; ``test_moves`` switches moves back on."""
     app_settings.update(
         zoekt_node_level_eviction_enabled=True,
         zoekt_indexing_enabled=True,
         zoekt_search_enabled=True,
+        zoekt_eviction_moves=False,
     )
 
 

@@ -25,6 +25,13 @@ from zoekt.scheduling import handlers
 
 pytestmark = pytest.mark.django_db
 
+
+@pytest.fixture(autouse=True)
+def _delete_step(db):
+    """These are GitLab's paths (mark, then evict the replica): moves off. The moves'
+    own tests are in tests/eviction/test_moves.py."""
+    set_setting(zoekt_eviction_moves=False)
+
 I = Index.State  # noqa: E741
 CRITICAL = Index.WatermarkLevel.CRITICAL_WATERMARK_EXCEEDED
 

@@ -36,7 +36,7 @@ from datetime import timedelta
 from django.db import transaction
 
 from zoekt import app_settings, clock
-from zoekt.models import Index, Project, Repository, Task
+from zoekt.models import Index, Move, Project, Repository, Task
 from zoekt.reasons import Reason
 from zoekt.scheduling.task_creation import create_bulk_tasks
 
@@ -57,13 +57,21 @@ def fetch_indices_for_indexing(
 ) -> list[Index]:
     """The Router (reference 5.6): the target indices of a project, one replica at a time.
 
-    Two queries, whatever the number of replicas and indices.
+    Two queries, whatever the number of replicas and indices. A deletion reaches
+    every index holding the project, a live move's replacement included.
     """
-    indices = list(
-        Index.objects.filter(
-            zoekt_replica__namespace_id=root_namespace_id, zoekt_replica__isnull=False
-        ).order_by("zoekt_replica_id", "id")
+    indices = Index.objects.filter(
+        zoekt_replica__namespace_id=root_namespace_id, zoekt_replica__isnull=False
     )
+    if not for_delete:
+        # A live move's build replica is a copy of one range: what it needs it takes
+        # from the index it replaces at the swap (``eviction.moves``), never from here.
+        indices = indices.exclude(
+            zoekt_replica_id__in=Move.objects.live()
+            .filter(replacement_replica_id__isnull=False)
+            .values("replacement_replica_id")
+        )
+    indices = list(indices.order_by("zoekt_replica_id", "id"))
     if not indices:
         return []
     with_rows = set(

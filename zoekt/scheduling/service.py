@@ -37,7 +37,7 @@ from django.db.models.functions import RowNumber
 
 from zoekt import actions, app_settings, clock
 from zoekt.logging import get_logger
-from zoekt.models import Index, Namespace, Node, Repository
+from zoekt.models import Index, Move, Namespace, Node, Repository
 from zoekt.reasons import Reason
 from zoekt.scheduling import handlers
 
@@ -209,14 +209,21 @@ class SchedulingService:
         """For each online search node, dispatch its oldest pending indices.
 
         As many per node as ``zoekt_initial_indexing_limit`` (GitLab's default, 1),
-        oldest (lowest id) first, node by node.
+        a live move's replacement first, then oldest (lowest id) first, node by node.
         """
         limit = self.settings.initial_indexing_limit
         online = Node.objects.for_search().online(self.now)
+        # A move's replacement goes ahead of the queue: the copy it replaces is on a
+        # full node, and the move holds its lease until the replacement is ready.
+        moving = Exists(Move.objects.live().filter(replacement_index=OuterRef("pk")))
         rows = list(
             Index.objects.filter(state=Index.State.PENDING, zoekt_node__in=online)
             .annotate(
-                rank=Window(RowNumber(), partition_by=F("zoekt_node_id"), order_by=F("id").asc())
+                rank=Window(
+                    RowNumber(),
+                    partition_by=F("zoekt_node_id"),
+                    order_by=[moving.desc(), F("id").asc()],
+                )
             )
             .filter(rank__lte=limit)
             .order_by("zoekt_node_id", "id")

@@ -1,0 +1,505 @@
+"""Moves: build the replacement of an index on another node while it serves, then swap.
+
+A move replaces the "delete" step of a node-level eviction decision
+(``eviction.actions.do_apply_decision`` with ``zoekt_eviction_moves`` on):
+the policy chooses the indices to take off the node exactly as before, and
+for each chosen index ``start_moves`` places its replacement on another
+node that holds no index of the namespace, in the decision's transaction,
+with its reservation counted on the target at once. The replacement index
+covers the same project range and sits in a replica of its own while it is
+built (so the serving replica's state never changes, and search, which
+leaves a live move's replacement replica out, never sees a partial copy).
+The old index stays ready in its replica and keeps answering searches.
+
+``advance_moves`` (beat, every minute) walks the live moves, one
+transaction each, the move row locked (``skip_locked``: a second worker
+passes over it):
+
+* ``building``: the replacement index turned ready → ``ready_to_swap``
+  and the swap is tried at once; the deadline passed, the target node or
+  the replacement is gone → ``parked`` (the replacement is retired, the old
+  copy still serves; an operator reads why);
+* ``ready_to_swap`` → ``swapping`` → ``done``: with the enabled namespace
+  row locked (two swaps of one namespace run one after the other), re-check
+  that the replacement index is ready on a searchable node and that the
+  source index is still in its replica; only then, in that transaction, the
+  replacement joins the source's replica in the source's place and the
+  source index, and only it, is evicted through
+  ``zoekt.actions.do_evict_index`` (the single-index path); the emptied
+  build replica goes. The serving replica is whole at every instant. A
+  failed re-check sends the move back to ``building``.
+
+Delete-first is used only when the node is at the critical watermark and no
+node has room for a second copy; each such index gets a ``fallen_back``
+move with its reason (its replica is deleted, as GitLab's eviction does).
+
+Each step is idempotent: run twice, a step finds the move in its next state
+and does nothing more. The database refuses a second live move of one
+index or one namespace (``zoekt_moves``' partial unique indexes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.db.models import Count
+
+from zoekt import actions, app_settings, capacity, clock, memory
+from zoekt.logging import get_logger
+from zoekt.models import EnabledNamespace, Index, Move, Node, Replica, Repository, Task
+from zoekt.reasons import Reason
+from zoekt.scheduling.task_creation import create_bulk_tasks
+
+log = get_logger(__name__)
+
+NODE_LEVEL = "node_level"
+
+
+@dataclass
+class MoveStart:
+    """What ``start_moves`` did with a decision's chosen indices."""
+
+    moves: list[Move] = field(default_factory=list)
+    #: ``{"index_id", "reason"}`` of the chosen indices not moved and left serving.
+    not_moved: list[dict[str, Any]] = field(default_factory=list)
+    #: Replica ids to delete first (critical watermark, no target): recorded fallbacks.
+    fallback_replica_ids: list[int] = field(default_factory=list)
+
+
+def start_moves(
+    chosen: Iterable[Any],
+    *,
+    source: Node,
+    trigger: str,
+    critical: bool,
+    target_ceiling: float,
+    decision_id: int | None = None,
+    settings: app_settings.ZoektSettings | None = None,
+    now: datetime | None = None,
+) -> MoveStart:
+    """Start a move for each chosen index (``eviction.policy.Chosen``); in the caller's
+    transaction, which holds the source node's row lock."""
+    settings = settings or app_settings.current()
+    now = now or clock.now()
+    out = MoveStart()
+    for item in chosen:
+        index = (
+            Index.objects.select_related("zoekt_replica")
+            .filter(id=item.index_id, zoekt_node_id=source.id)
+            .first()
+        )
+        if index is None or index.zoekt_replica_id is None:
+            continue
+        plan = {"critical": critical, "target_ceiling": target_ceiling}
+        try:
+            with transaction.atomic():
+                move = Move.objects.create(
+                    **_from_source(index, trigger, now),
+                    state=Move.State.PLANNED,
+                    decision_id=decision_id,
+                    details=plan,
+                )
+        except IntegrityError:
+            out.not_moved.append({"index_id": index.id, "reason": str(Reason.MOVE_ALREADY_MOVING)})
+            continue
+        outcome = _try_start(move, index, settings=settings, now=now)
+        if outcome == Reason.MOVE_NO_TARGET:
+            # Nowhere to go: not a move after all (its record would hold the lease).
+            move.delete()
+            _not_moved(out, index, Reason.MOVE_NO_TARGET, critical, trigger, now)
+            continue
+        out.moves.append(move)
+    return out
+
+
+#: The states that use a throttle slot (a planned move waits for one).
+BUILDING_STATES = (Move.State.BUILDING, Move.State.READY_TO_SWAP, Move.State.SWAPPING)
+
+
+def _try_start(
+    move: Move, index: Index, *, settings: app_settings.ZoektSettings, now: datetime
+) -> Reason | None:
+    """Start building ``move`` (planned) if the throttles and a target allow: None when
+    it started, ``move_throttled`` when it waits (planned), ``move_no_target`` when no
+    node has room for it."""
+    building = Move.objects.filter(state__in=BUILDING_STATES)
+    critical = bool(move.details.get("critical"))
+    ceiling = float(move.details.get("target_ceiling", 0.70))
+    throttled = building.filter(source_node_id=move.source_node_id).count() >= (
+        settings.move_max_per_source
+    ) or (not critical and building.count() >= settings.move_max_in_cluster)
+    busy = set(
+        building.exclude(target_node_id=None)
+        .values("target_node_id")
+        .annotate(n=Count("id"))
+        .filter(n__gte=settings.move_max_per_target)
+        .values_list("target_node_id", flat=True)
+    )
+    target, skipped_busy = choose_target(
+        index, move.bytes, ceiling=ceiling, settings=settings, now=now, busy=busy
+    )
+    if target is None and not skipped_busy:
+        return Reason.MOVE_NO_TARGET
+    if throttled or target is None:
+        if move.reason != Reason.MOVE_THROTTLED:
+            _set(move, Move.State.PLANNED, now, reason=str(Reason.MOVE_THROTTLED))
+        return Reason.MOVE_THROTTLED
+    _build(move, index, target, now)
+    return None
+
+
+def _not_moved(
+    out: MoveStart, index: Index, reason: Reason, critical: bool, trigger: str, now: datetime
+) -> None:
+    """Leave it serving, or (critical, nowhere to go) delete first and record it."""
+    if critical and reason == Reason.MOVE_NO_TARGET:
+        out.fallback_replica_ids.append(index.zoekt_replica_id)
+        Move.objects.create(
+            **_from_source(index, trigger, now),
+            state=Move.State.FALLEN_BACK,
+            reason=str(Reason.MOVE_FALLBACK_CRITICAL_NO_TARGET),
+            details={"why_not_moved": str(reason)},
+            fallen_back_at=now,
+        )
+        return
+    out.not_moved.append({"index_id": index.id, "reason": str(reason)})
+
+
+def _from_source(index: Index, trigger: str, now: datetime) -> dict[str, Any]:
+    """A move record's fields that describe the index leaving its node."""
+    return {
+        "trigger": trigger,
+        "zoekt_enabled_namespace_id": index.zoekt_enabled_namespace_id,
+        "namespace_id": index.namespace_id,
+        "source_node_id": index.zoekt_node_id,
+        "source_index": index,
+        "source_replica_id": index.zoekt_replica_id,
+        "source_index_ref": index.id,
+        "source_replica_ref": index.zoekt_replica_id,
+        "bytes": index.used_storage_bytes,
+        "created_at": now,
+        "updated_at": now,
+    }
+
+
+def choose_target(
+    index: Index,
+    size_bytes: int,
+    *,
+    ceiling: float,
+    settings: app_settings.ZoektSettings,
+    now: datetime,
+    busy: set[int] = frozenset(),
+) -> tuple[Node | None, bool]:
+    """The node a replacement goes to (or None), and whether a node with room was passed
+    over only because it builds ``zoekt_move_max_per_target`` replacements already
+    (``busy``): then the move waits rather than gives up.
+
+    Candidates: online search nodes, not cooling down, holding no index of the
+    namespace (the source included), not over the high memory watermark while
+    memory planning is on. Headroom is real disk: the node's used bytes, plus the
+    bytes of the live moves already heading to it (this decision's included: they
+    were written earlier in this transaction), plus this index, must stay under
+    ``ceiling`` (a share of its disk, the high watermark less the hysteresis
+    band: a target never starts its own sustain clock). The reservation
+    accounting is not the test: on a filled fleet every node's reservations
+    claim its usable storage (a ready index settles at used ÷ 0.60 while there
+    is room, a pending one holds the planner's buffer), so unclaimed storage
+    says "full" long before the disk is. The
+    emptiest node by that projection first; ties by id.
+    """
+    holding = Index.objects.filter(
+        zoekt_enabled_namespace_id=index.zoekt_enabled_namespace_id
+    ).values("zoekt_node_id")
+    candidates = list(
+        Node.objects.for_search()
+        .online(now)
+        .not_in_eviction_cooldown(now)
+        .exclude(id__in=holding)
+        .filter(total_bytes__gt=0)
+    )
+    inbound: dict[int, int] = {}
+    for node_id, size in Move.objects.live().values_list("target_node_id", "bytes"):
+        if node_id is not None:
+            inbound[node_id] = inbound.get(node_id, 0) + size
+    configured = settings.node_memory_budget_bytes
+    best: tuple[float, int, Node] | None = None
+    skipped_busy = False
+    for node in candidates:
+        if memory.excluded_from_placement(node.metadata or {}, configured):
+            continue
+        projected = (node.used_bytes + inbound.get(node.id, 0) + size_bytes) / node.total_bytes
+        if projected >= ceiling:
+            continue
+        if node.id in busy:
+            skipped_busy = True
+            continue
+        if best is None or (projected, node.id) < best[:2]:
+            best = (projected, node.id, node)
+    return (None if best is None else best[2]), skipped_busy
+
+
+def _build(move: Move, index: Index, target: Node, now: datetime) -> None:
+    """Create the replacement on ``target`` and mark the move ``building``."""
+    Node.objects.select_for_update().filter(id=target.id).first()
+    replica = Replica.objects.create(
+        zoekt_enabled_namespace_id=index.zoekt_enabled_namespace_id,
+        namespace_id=index.namespace_id,
+        state=Replica.State.PENDING,
+        created_at=now,
+        updated_at=now,
+    )
+    metadata = {
+        key: index.metadata[key]
+        for key in ("project_namespace_id_from", "project_namespace_id_to")
+        if index.metadata.get(key) is not None
+    }
+    # The ideal reservation of the index's known size (used ÷ 0.60, what the storage
+    # refresh settles a ready index at), counted on the target at once. Reserving only
+    # the used bytes would put the ready replacement at its critical index watermark
+    # (used ÷ reserved ≥ 0.80), and that trigger would move it again.
+    reserved = int(move.bytes / capacity.STORAGE_IDEAL_PERCENT_USED)
+    replacement = Index.objects.create(
+        zoekt_enabled_namespace_id=index.zoekt_enabled_namespace_id,
+        zoekt_replica=replica,
+        zoekt_node=target,
+        namespace_id=index.namespace_id,
+        state=Index.State.PENDING,
+        reserved_storage_bytes=reserved,
+        metadata=metadata,
+        created_at=now,
+        updated_at=now,
+    )
+    _set(
+        move,
+        Move.State.BUILDING,
+        now,
+        reason="",
+        project_namespace_id_from=metadata.get("project_namespace_id_from"),
+        project_namespace_id_to=metadata.get("project_namespace_id_to"),
+        target_node=target,
+        replacement_replica=replica,
+        replacement_index=replacement,
+        deadline_at=now + timedelta(seconds=Move.deadline_seconds(move.bytes)),
+        details={**move.details, "reserved_on_target_bytes": reserved},
+    )
+    log.info(
+        "move_started",
+        move_id=move.id,
+        namespace_id=index.namespace_id,
+        source_node_id=index.zoekt_node_id,
+        target_node_id=target.id,
+        bytes=move.bytes,
+    )
+
+
+def moving_bytes_by_source() -> dict[int, int]:
+    """``{source node id: used bytes of its indices with a live move}`` (one query)."""
+    out: dict[int, int] = {}
+    for node_id, size in Move.objects.live().values_list("source_node_id", "bytes"):
+        if node_id is not None:
+            out[node_id] = out.get(node_id, 0) + size
+    return out
+
+
+# --------------------------------------------------------------------------- #
+# Advancing the live moves
+# --------------------------------------------------------------------------- #
+
+
+def advance_moves(*, now: datetime | None = None) -> dict[str, int]:
+    """Take every live move one step further (idempotent; safe beside a second run)."""
+    now = now or clock.now()
+    counts: dict[str, int] = {}
+    for move_id in list(Move.objects.live().order_by("id").values_list("id", flat=True)):
+        outcome = advance_move(move_id, now=now)
+        counts[outcome] = counts.get(outcome, 0) + 1
+    return counts
+
+
+def advance_move(move_id: int, *, now: datetime | None = None) -> str:
+    """One step of one move, in one transaction; returns the state it is left in."""
+    now = now or clock.now()
+    with transaction.atomic():
+        move = Move.objects.select_for_update(skip_locked=True).filter(id=move_id).first()
+        if move is None:
+            return "locked"
+        if not move.live:
+            return move.state
+        if move.state == Move.State.PLANNED:
+            return _planned(move, now)
+        if move.state == Move.State.BUILDING:
+            return _building(move, now)
+        return _swap(move, now)
+
+
+def _set(move: Move, state: str, now: datetime, **fields) -> str:
+    """Write the new state, its timestamp and ``fields``, and only those columns: the
+    foreign keys a delete just nulled in the database stay nulled."""
+    stamp = {
+        Move.State.READY_TO_SWAP: "ready_to_swap_at",
+        Move.State.SWAPPING: "swapping_at",
+        Move.State.DONE: "done_at",
+        Move.State.PARKED: "parked_at",
+        Move.State.CANCELLED: "cancelled_at",
+        Move.State.BUILDING: "building_at",
+    }.get(state)
+    move.state = state
+    move.updated_at = now
+    changed = {"state", "updated_at", *fields}
+    if stamp and getattr(move, stamp) is None:
+        setattr(move, stamp, now)
+        changed.add(stamp)
+    for key, value in fields.items():
+        setattr(move, key, value)
+    move.save(update_fields=sorted(changed))
+    return state
+
+
+def _planned(move: Move, now: datetime) -> str:
+    """A queued move: start it when a slot and a target free up; give up (cancelled)
+    when its source is gone or no node has room any more."""
+    index = Index.objects.filter(id=move.source_index_ref, state=Index.State.READY).first()
+    if index is None or index.zoekt_replica_id is None:
+        return _set(move, Move.State.CANCELLED, now, reason=str(Reason.MOVE_SOURCE_GONE))
+    outcome = _try_start(move, index, settings=app_settings.current(), now=now)
+    if outcome == Reason.MOVE_NO_TARGET:
+        return _set(move, Move.State.CANCELLED, now, reason=str(Reason.MOVE_NO_TARGET))
+    return move.state
+
+
+def _building(move: Move, now: datetime) -> str:
+    replica = (
+        Replica.objects.filter(id=move.replacement_replica_id).first()
+        if move.replacement_replica_id
+        else None
+    )
+    if replica is None:
+        return _park(move, Reason.MOVE_REPLACEMENT_LOST, now)
+    if move.target_node_id is None:
+        return _park(move, Reason.MOVE_TARGET_LOST, now)
+    replacement = Index.objects.filter(id=move.replacement_index_id).first()
+    if replacement is None or replacement.zoekt_replica_id != replica.id:
+        return _park(move, Reason.MOVE_REPLACEMENT_LOST, now)
+    if replacement.state == Index.State.READY:
+        _set(move, Move.State.READY_TO_SWAP, now)
+        return _swap(move, now)
+    if move.deadline_at is not None and now > move.deadline_at:
+        return _park(move, Reason.MOVE_DEADLINE_PASSED, now)
+    return move.state
+
+
+def _park(move: Move, reason: Reason, now: datetime) -> str:
+    """Give up: retire what was built (the source still serves), say why, keep the record."""
+    if move.replacement_replica_id:
+        actions.do_evict_replicas([move.replacement_replica_id], now=now)
+    log.warning("move_parked", move_id=move.id, reason=str(reason))
+    return _set(move, Move.State.PARKED, now, reason=str(reason))
+
+
+def _catch_up(source: Index, replacement: Index, now: datetime) -> int:
+    """How many of the source's ready projects the replacement does not hold ready yet;
+    the missing ones get a repository row and an index task on the replacement."""
+    served = set(
+        Repository.objects.filter(zoekt_index=source, state=Repository.State.READY).values_list(
+            "project_identifier", flat=True
+        )
+    )
+    held = dict(
+        Repository.objects.filter(zoekt_index=replacement).values_list(
+            "project_identifier", "state"
+        )
+    )
+    missing = sorted(served - set(held))
+    if missing:
+        projects = dict(
+            Repository.objects.filter(
+                zoekt_index=source, project_identifier__in=missing
+            ).values_list("project_identifier", "project_id")
+        )
+        Repository.objects.bulk_create(
+            [
+                Repository(
+                    zoekt_index=replacement,
+                    project_id=projects.get(pid),
+                    project_identifier=pid,
+                    retries_left=Repository.MODEL_DEFAULT_RETRIES_LEFT,
+                    created_at=now,
+                    updated_at=now,
+                )
+                for pid in missing
+            ],
+            ignore_conflicts=True,
+        )
+        create_bulk_tasks(
+            Repository.objects.filter(zoekt_index=replacement, project_identifier__in=missing),
+            Task.TaskType.INDEX_REPO,
+            now,
+        )
+    not_ready = sum(1 for pid in served if pid in held and held[pid] != Repository.State.READY)
+    return len(missing) + not_ready
+
+
+def _swap(move: Move, now: datetime) -> str:
+    """Put the replacement in the source's place once it serves, re-checked under locks."""
+    EnabledNamespace.objects.select_for_update().filter(id=move.zoekt_enabled_namespace_id).first()
+    replacement = (
+        Index.objects.select_for_update().filter(id=move.replacement_index_id).first()
+        if move.replacement_index_id
+        else None
+    )
+    source = Index.objects.select_for_update().filter(id=move.source_index_ref).first()
+    searchable = set(Node.objects.searchable(now).values_list("id", flat=True))
+    ready = (
+        replacement is not None
+        and replacement.state == Index.State.READY
+        and replacement.zoekt_node_id in searchable
+    )
+    if not ready:
+        return _set(
+            move,
+            Move.State.BUILDING,
+            now,
+            reason=str(Reason.MOVE_NOT_COVERED),
+            details={**move.details, "last_swap_refused": now.isoformat()},
+        )
+    if source is not None:
+        behind = _catch_up(source, replacement, now)
+        if behind:
+            # Projects the source took (or re-indexed) during the move: the replacement
+            # indexes them first, so the swap loses none.
+            return _set(
+                move,
+                Move.State.BUILDING,
+                now,
+                reason=str(Reason.MOVE_CATCHING_UP),
+                details={**move.details, "catching_up_projects": behind},
+            )
+    _set(move, Move.State.SWAPPING, now)
+    build_replica_id = replacement.zoekt_replica_id
+    details = dict(move.details)
+    serving = (
+        source.zoekt_replica_id
+        if source is not None and source.zoekt_replica_id is not None
+        else Replica.objects.filter(id=move.source_replica_ref).values_list("id", flat=True).first()
+    )
+    if serving is not None:
+        # In the source's replica, in its place: the serving replica stays whole. (If the
+        # source index went meanwhile, with its node, the replacement fills its hole.)
+        Index.objects.filter(id=replacement.id).update(zoekt_replica_id=serving, updated_at=now)
+        if source is not None and source.zoekt_replica_id == serving:
+            actions.do_evict_index(source.id, now=now)
+            details["source_index_evicted"] = source.id
+        else:
+            details["source_gone_before_swap"] = True
+        Replica.objects.filter(id=build_replica_id).delete()
+    else:
+        # The source's replica went meanwhile: the replacement's own replica is now the
+        # namespace's copy of that range.
+        details["source_gone_before_swap"] = True
+    log.info("move_done", move_id=move.id, namespace_id=move.namespace_id)
+    return _set(move, Move.State.DONE, now, details=details, reason="")

@@ -1,0 +1,97 @@
+"""Moves end to end: fake nodes through the real API, the real jobs on a simulated clock.
+
+A node filled past the high watermark by data that stays is evicted from after the sustain
+period; with moves, each namespace on it is rebuilt elsewhere while it serves, and at every
+tick from the decision to the last swap every namespace has a search target whose indices
+cover its projects exactly once (asserted at the instant searches are drawn)."""
+
+from __future__ import annotations
+
+import pytest
+
+from simulator.fakenode import GIB
+from tests.test_replay import HOT, make_replay, small_catalog
+from zoekt.models import Index, Move, Namespace
+from zoekt.search_targets import search_targets_many
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _covered_once(root_id: int, answer) -> bool:
+    """Every project namespace of the root in exactly one target index's range."""
+    ids = list(Namespace.objects.project_namespaces_under(root_id).values_list("id", flat=True))
+    hits = dict.fromkeys(ids, 0)
+    for target in answer.targets:
+        for index in target.indices:
+            low = index.project_namespace_id_from
+            high = index.project_namespace_id_to
+            for pid in ids:
+                if (low is None or pid >= low) and (high is None or pid <= high):
+                    hits[pid] += 1
+    return bool(ids) and all(count == 1 for count in hits.values())
+
+
+def test_a_sustained_overfill_moves_every_namespace_off_without_a_dark_tick():
+    roots, _ = small_catalog()
+    checked = []
+    # Indexing takes time (256 KiB/s a task): the replacements build over many ticks.
+    with make_replay(tick_seconds=30.0, indexing_bytes_per_second=256 * 1024) as replay:
+        roots_list = list(roots)
+        replay.settings(
+            zoekt_indexing_enabled=True,
+            zoekt_search_enabled=True,
+            zoekt_node_level_eviction_enabled=True,
+            zoekt_eviction_sustain_period="30m",
+            zoekt_eviction_moves=True,
+        )
+        _, projects = replay.catalog
+        from simulator.replay import catalog_rows
+
+        replay.load_catalog(*catalog_rows(roots, projects))
+        for name in ("zoekt-a", "zoekt-b", "zoekt-c"):
+            replay.add_node(name, disk_total_bytes=10 * GIB, disk_base_used_bytes=GIB)
+        replay.enable(roots_list)
+        assert replay.run(3600, until=lambda r: r.converged())
+        # The node holding the hot namespace fills with data that stays (78 %).
+        hot_node_id = Index.objects.get(namespace_id=HOT).zoekt_node_id
+        hot = next(n for n, node in replay.nodes.items() if node.fake.node_id == hot_node_id)
+        leaving = set(
+            Index.objects.filter(zoekt_node_id=hot_node_id).values_list("namespace_id", flat=True)
+        )
+        replay.spike(hot, int(6.8 * GIB), 10 * 3600, ramp=0)
+
+        def every_tick(r):
+            if not Move.objects.exists():
+                return
+            answers = search_targets_many(roots_list)
+            for root_id in roots_list:
+                assert _covered_once(root_id, answers[root_id]), (r.t, root_id)
+            checked.append(r.t)
+
+        replay.watch(every_tick)
+        done = replay.run(
+            4 * 3600,
+            until=lambda r: (
+                Move.objects.exists()
+                and not Move.objects.live().exists()
+                and not Index.objects.filter(zoekt_node_id=hot_node_id).exists()
+            ),
+        )
+        assert done is True
+    moves = list(Move.objects.all())
+    assert {m.namespace_id for m in moves} == leaving
+    assert all(m.state == Move.State.DONE for m in moves)
+    assert all(m.target_node_id != hot_node_id for m in moves)
+    # Watched from the first decision to the last swap, a tick at a time, never dark.
+    assert len(checked) > 10
+    # No dark search from the first decision on (the initial fill was dark, before it).
+    dark = [s for s in replay.samples if s.t >= checked[0] and s.searches and s.dark]
+    assert dark == []
+    assert any(s.dark for s in replay.samples if s.t < checked[0])
+    # Each moved namespace serves from its new node with all its projects.
+    for namespace_id in leaving:
+        assert (
+            Index.objects.filter(namespace_id=namespace_id, state=Index.State.READY)
+            .exclude(zoekt_node_id=hot_node_id)
+            .exists()
+        )
