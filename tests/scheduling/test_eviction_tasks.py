@@ -32,6 +32,7 @@ def _delete_step(db):
     own tests are in tests/eviction/test_moves.py."""
     set_setting(zoekt_eviction_moves=False)
 
+
 I = Index.State  # noqa: E741
 CRITICAL = Index.WatermarkLevel.CRITICAL_WATERMARK_EXCEEDED
 
