@@ -3,13 +3,15 @@
 A node filled past the high watermark by data that stays is evicted from after the sustain
 period; with moves, each namespace on it is rebuilt elsewhere while it serves, and at every
 tick from the decision to the last swap every namespace has a search target whose indices
-cover its projects exactly once (asserted at the instant searches are drawn)."""
+cover its projects exactly once (asserted at the instant searches are drawn). Several
+moves run at once, and a group enabled meanwhile is placed by the rollout (never on the
+cooling node) while they do."""
 
 from __future__ import annotations
 
 import pytest
 
-from simulator.fakenode import GIB
+from simulator.fakenode import GIB, MIB
 from tests.test_replay import HOT, make_replay, small_catalog
 from zoekt.models import Index, Move, Namespace
 from zoekt.search_targets import search_targets_many
@@ -31,11 +33,22 @@ def _covered_once(root_id: int, answer) -> bool:
     return bool(ids) and all(count == 1 for count in hits.values())
 
 
+LATE = 9400  # a group enabled while the moves run: the rollout places it meanwhile
+LATE_PROJECTS = [(50_500, LATE, 15 * MIB), (50_501, LATE, 15 * MIB)]
+
+
 def test_a_sustained_overfill_moves_every_namespace_off_without_a_dark_tick():
-    roots, _ = small_catalog()
+    roots, projects = small_catalog()
+    sizes = {pid: size for pid, _, size in projects + LATE_PROJECTS}
     checked = []
+    late_enabled = []
+    late_served = []  # ticks at which the late group had a search target
     # Indexing takes time (256 KiB/s a task): the replacements build over many ticks.
-    with make_replay(tick_seconds=30.0, indexing_bytes_per_second=256 * 1024) as replay:
+    with make_replay(
+        tick_seconds=30.0,
+        indexing_bytes_per_second=256 * 1024,
+        index_size=lambda repo_id: sizes[repo_id],
+    ) as replay:
         roots_list = list(roots)
         replay.settings(
             zoekt_indexing_enabled=True,
@@ -47,7 +60,7 @@ def test_a_sustained_overfill_moves_every_namespace_off_without_a_dark_tick():
         _, projects = replay.catalog
         from simulator.replay import catalog_rows
 
-        replay.load_catalog(*catalog_rows(roots, projects))
+        replay.load_catalog(*catalog_rows({**roots, LATE: "late"}, projects + LATE_PROJECTS))
         for name in ("zoekt-a", "zoekt-b", "zoekt-c"):
             replay.add_node(name, disk_total_bytes=10 * GIB, disk_base_used_bytes=GIB)
         replay.enable(roots_list)
@@ -63,7 +76,13 @@ def test_a_sustained_overfill_moves_every_namespace_off_without_a_dark_tick():
         def every_tick(r):
             if not Move.objects.exists():
                 return
-            answers = search_targets_many(roots_list)
+            if not late_enabled:
+                # A rollout runs while the moves do: a new group to place.
+                r.enable([LATE], label="late group enabled")
+                late_enabled.append(r.t)
+            answers = search_targets_many([*roots_list, LATE])
+            if answers[LATE].targets:
+                late_served.append(r.t)
             for root_id in roots_list:
                 assert _covered_once(root_id, answers[root_id]), (r.t, root_id)
             checked.append(r.t)
@@ -75,9 +94,13 @@ def test_a_sustained_overfill_moves_every_namespace_off_without_a_dark_tick():
                 Move.objects.exists()
                 and not Move.objects.live().exists()
                 and not Index.objects.filter(zoekt_node_id=hot_node_id).exists()
+                and bool(late_served)
             ),
         )
         assert done is True
+    # The late group was placed during the moves, and not on the cooling node.
+    late = list(Index.objects.filter(namespace_id=LATE))
+    assert late and all(index.zoekt_node_id != hot_node_id for index in late)
     moves = list(Move.objects.all())
     assert {m.namespace_id for m in moves} == leaving
     assert all(m.state == Move.State.DONE for m in moves)

@@ -476,3 +476,50 @@ def test_a_source_lost_with_its_node_mid_move_leaves_the_replacement_in_its_plac
     ]
     actions.do_update_replica_states()
     assert _targets(enabled) == [roomy.id]
+
+
+def test_no_reconciler_touches_an_in_flight_move(now):
+    """Every scheduled task of GitLab's scheduler (orphans, deletions, lost nodes,
+    watermarks, the three eviction triggers, storage refresh, replica states), with
+    their events run at once, and the rollout, for an hour of passes: the source keeps
+    serving and the replacement stays, in its own build replica."""
+    from celery import current_app
+
+    from zoekt.scheduling import events
+    from zoekt.scheduling.service import TASKS, SchedulingService
+
+    hot, roomy, enabled = _fleet()
+    # The source is at its critical index watermark (used = reserved): the index
+    # watermark trigger would choose it, were it not moving.
+    Index.objects.filter(zoekt_node=hot).update(
+        watermark_level=Index.WatermarkLevel.CRITICAL_WATERMARK_EXCEEDED
+    )
+    eviction.run_node_level()
+    move = Move.objects.get()
+
+    def run_event(event: str, args: tuple) -> None:
+        if event in events.EVENTS:
+            events.EVENTS[event](*args)
+        else:
+            current_app.tasks[events.EVICTION_EVENTS[event]](*args)
+
+    for _ in range(6):
+        _keep_online(hot, roomy)
+        service = SchedulingService(dispatch=run_event, bypass_throttle=True)
+        for task in TASKS:
+            service.execute(task)
+        RolloutService().execute(dry_run=False, batch_size=10)
+        clock.advance(600)
+
+    move.refresh_from_db()
+    assert move.state == Move.State.BUILDING
+    source = Index.objects.get(pk=move.source_index_ref)
+    assert (source.state, source.zoekt_replica_id) == (Index.State.READY, move.source_replica_ref)
+    assert Replica.objects.get(pk=move.source_replica_ref).state == Replica.State.READY
+    replacement = Index.objects.get(pk=move.replacement_index_id)
+    assert replacement.zoekt_replica_id == move.replacement_replica_id
+    assert replacement.state not in Index.SHOULD_BE_DELETED_STATES
+    assert Replica.objects.filter(zoekt_enabled_namespace=enabled).count() == 2
+    assert Move.objects.count() == 1
+    _keep_online(hot, roomy)
+    assert _targets(enabled) == [hot.id]
