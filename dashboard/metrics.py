@@ -21,15 +21,17 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Iterator
+from datetime import timedelta
 
 from django.conf import settings
-from django.db.models import Count, F, Sum
+from django.db.models import Count, DurationField, ExpressionWrapper, F, Q, Sum
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
+    HistogramMetricFamily,
     Metric,
     SummaryMetricFamily,
 )
@@ -46,6 +48,8 @@ from zoekt.models import Index, Move, Repository
 log = get_logger(__name__)
 
 GITLAB_NODE_LABELS = ("zoekt_node_id", "zoekt_node_name")
+#: Upper bounds (seconds) of the move-duration histogram: 10 min to a day.
+MOVE_DURATION_BUCKETS = (600, 1800, 3600, 2 * 3600, 4 * 3600, 8 * 3600, 24 * 3600)
 GITLAB_NODE_LABELS_SHORT = ("node_id", "node_name")
 
 
@@ -354,7 +358,34 @@ class FleetCollector:
             if state not in seen:
                 by_state.add_metric([state, ""], 0)
         moving.add_metric([], in_flight)
-        yield from (by_state, moving)
+        yield from (by_state, moving, self._move_durations())
+
+    def _move_durations(self) -> Metric:
+        """Planned-to-done seconds of the finished moves, by trigger (one grouped query)."""
+        took = ExpressionWrapper(F("done_at") - F("created_at"), output_field=DurationField())
+        counts = {
+            f"le_{bound}": Count("id", filter=Q(took__lte=timedelta(seconds=bound)))
+            for bound in MOVE_DURATION_BUCKETS
+        }
+        rows = (
+            Move.objects.filter(state=Move.State.DONE, done_at__isnull=False)
+            .annotate(took=took)
+            .order_by()
+            .values("trigger")
+            .annotate(total=Count("id"), seconds=Sum("took"), **counts)
+        )
+        histogram = HistogramMetricFamily(
+            "zoekt_control_move_duration_seconds",
+            "Seconds from a move's decision to its swap, finished moves, by trigger.",
+            labels=["trigger"],
+        )
+        for row in rows:
+            buckets = [(str(float(b)), row[f"le_{b}"]) for b in MOVE_DURATION_BUCKETS]
+            buckets.append(("+Inf", row["total"]))
+            histogram.add_metric(
+                [row["trigger"]], buckets, sum_value=row["seconds"].total_seconds()
+            )
+        return histogram
 
     def _jobs(self) -> Iterator[Metric]:
         """Runs and durations of every job (``zoekt.jobmetrics``, one Redis round trip)."""

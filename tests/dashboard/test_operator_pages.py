@@ -315,3 +315,33 @@ def test_moves_page_lists_moves_in_flight_and_recent_with_their_durations(admin_
     assert 'zoekt_control_moves{reason="move_deadline_passed",state="parked"} 1.0' in metrics
     moving = re.search(r"^zoekt_control_moving_bytes (\S+)$", metrics, flags=re.M)
     assert float(moving.group(1)) == 3 * GIB
+
+
+def test_move_durations_are_a_histogram_by_trigger(admin_client, now):
+    from zoekt.models import Move
+
+    fleet = build_fleet(1, 3)
+    for minutes, enabled, index in zip((20, 50, 300), fleet.namespaces, fleet.indices, strict=True):
+        Move.objects.create(
+            trigger="node_level",
+            state=Move.State.DONE,
+            zoekt_enabled_namespace=enabled,
+            namespace_id=enabled.root_namespace_id,
+            source_index_ref=index.id,
+            created_at=clock.now() - timedelta(minutes=minutes),
+            done_at=clock.now(),
+        )
+    metrics = admin_client.get(reverse("metrics")).content.decode()
+
+    def bucket(le: str) -> float:
+        name = "zoekt_control_move_duration_seconds_bucket"
+        labels = f'{{le="{re.escape(le)}",trigger="node_level"}}'
+        line = re.search(rf"^{name}{labels} (\S+)$", metrics, flags=re.M)
+        return float(line.group(1))
+
+    assert (bucket("600.0"), bucket("1800.0"), bucket("3600.0"), bucket("14400.0")) == (0, 1, 2, 2)
+    assert bucket("28800.0") == bucket("+Inf") == 3
+    total = re.search(
+        r'^zoekt_control_move_duration_seconds_sum{trigger="node_level"} (\S+)$', metrics, re.M
+    )
+    assert float(total.group(1)) == (20 + 50 + 300) * 60
