@@ -40,6 +40,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import dataclasses
+import itertools
 import math
 import random
 import time
@@ -330,10 +331,14 @@ def run_once(scenario: Scenario, how: Mode, args):
 
 def move_figures() -> dict:
     """Moves from their records: namespaces moved, durations (planned to done), fallbacks
-    (delete-first), parked, and those still in flight at the end."""
+    (delete-first), parked, those still in flight at the end, and the thrash check:
+    namespaces moved twice within 24 h, and moves started once the first decision's
+    moves had all finished (the fleet had settled)."""
     from zoekt.models import Move
 
-    rows = list(Move.objects.values("state", "namespace_id", "created_at", "done_at"))
+    rows = list(
+        Move.objects.values("state", "namespace_id", "created_at", "done_at", "decision_id")
+    )
     done = [r for r in rows if r["state"] == Move.State.DONE]
     durations = sorted((r["done_at"] - r["created_at"]).total_seconds() for r in done)
 
@@ -349,7 +354,34 @@ def move_figures() -> dict:
         "fallbacks": sum(1 for r in rows if r["state"] == Move.State.FALLEN_BACK),
         "parked": sum(1 for r in rows if r["state"] == Move.State.PARKED),
         "moves_in_flight": sum(1 for r in rows if r["state"] in Move.LIVE),
+        "moved_twice_in_24h": _moved_twice(rows),
+        "moves_after_settled": _moves_after_settled(rows),
     }
+
+
+def _moved_twice(rows: list[dict]) -> int:
+    starts: dict[int, list] = defaultdict(list)
+    for r in rows:
+        if r["state"] not in ("cancelled", "fallen_back"):
+            starts[r["namespace_id"]].append(r["created_at"])
+    twice = 0
+    for times in starts.values():
+        times.sort()
+        if any(b - a < timedelta(hours=24) for a, b in itertools.pairwise(times)):
+            twice += 1
+    return twice
+
+
+def _moves_after_settled(rows: list[dict]) -> int | None:
+    """Moves started after every move of the first deciding decision had finished."""
+    decided = sorted({r["decision_id"] for r in rows if r["decision_id"] is not None})
+    if not decided:
+        return None
+    first = [r for r in rows if r["decision_id"] == decided[0]]
+    if any(r["done_at"] is None for r in first):
+        return None
+    settled = max(r["done_at"] for r in first)
+    return sum(1 for r in rows if r["created_at"] > settled)
 
 
 def print_table(scenario: Scenario, results: list[dict], args) -> None:
@@ -385,7 +417,9 @@ def print_table(scenario: Scenario, results: list[dict], args) -> None:
             f"  {r['mode']}: {r['decisions_applied']} decisions applied {r['decision_reasons']}, "
             f"converged after {clock_text(r['converged_after_s'])}, "
             f"placed on {HOT} during its cooldown: {r['placed_on_hot_during_cooldown']}, "
-            f"moves still in flight: {r['moves_in_flight']}"
+            f"moves still in flight: {r['moves_in_flight']}, moved twice within 24 h: "
+            f"{r['moved_twice_in_24h']}, moves started after the first decision's had "
+            f"finished: {r['moves_after_settled'] if r['moves_after_settled'] is not None else '-'}"
         )
 
 
