@@ -520,22 +520,6 @@ def negative_unclaimed(
                     )
                 )
                 continue
-            pressure, over_seconds = _pressure(node, policy, now)
-            if pressure is None:
-                # A shortfall that a transient spike caused (less free disk, the same
-                # reservations) waits for the sustain period like node-level eviction.
-                out.append(
-                    _skip(
-                        node,
-                        NEGATIVE_UNCLAIMED,
-                        SAFEGUARDS,
-                        Reason.EVICTION_SUSTAIN_NOT_REACHED,
-                        over_high_watermark_seconds=over_seconds or 0,
-                        sustain_seconds=policy.sustain_seconds,
-                        shortfall_bytes=shortfall,
-                    )
-                )
-                continue
             ready = [r for r in rows if r.state == READY]
             covering = [r for r in ready if r.reserved_storage_bytes >= shortfall]
             if covering:
