@@ -53,7 +53,7 @@ from zoekt.models import (
     Repository,
     Task,
 )
-from zoekt.search_targets import SearchTargets, search_targets
+from zoekt.search_targets import SearchTargets, search_targets, search_targets_many
 
 INDEX_STATE_NAMES = {state.value: state.label for state in Index.State}
 REPLICA_STATE_NAMES = {state.value: state.label for state in Replica.State}
@@ -465,12 +465,10 @@ def namespace_page(
     enabled = list(page_obj.object_list)
     ids = [row.id for row in enabled]
     replicas: dict[int, Counter] = defaultdict(Counter)
-    replica_states: dict[int, tuple[int, int]] = {}  # replica id → (enabled id, state)
-    for enabled_id, replica_id, state in Replica.objects.filter(
-        zoekt_enabled_namespace_id__in=ids
-    ).values_list("zoekt_enabled_namespace_id", "id", "state"):
+    for enabled_id, state in Replica.objects.filter(zoekt_enabled_namespace_id__in=ids).values_list(
+        "zoekt_enabled_namespace_id", "state"
+    ):
         replicas[enabled_id][state] += 1
-        replica_states[replica_id] = (enabled_id, state)
     index_rows = list(
         Index.objects.filter(zoekt_enabled_namespace_id__in=ids).values_list(
             "zoekt_enabled_namespace_id",
@@ -480,42 +478,24 @@ def namespace_page(
             "used_storage_bytes",
         )
     )
-    searchable_nodes = (
-        set(Node.objects.searchable(now).values_list("id", flat=True)) if index_rows else set()
-    )
     indices: dict[int, Counter] = defaultdict(Counter)
     nodes: dict[int, set[int]] = defaultdict(set)
-    by_replica: dict[int, list[tuple[int, int]]] = defaultdict(list)
     used: dict[int, Counter] = defaultdict(Counter)  # enabled id → replica id → bytes
     per_replica: dict[int, Counter] = defaultdict(Counter)  # enabled id → replica → indices
     for enabled_id, replica_id, node_id, state, used_bytes in index_rows:
         indices[enabled_id][state] += 1
         nodes[enabled_id].add(node_id)
         if replica_id is not None:
-            by_replica[replica_id].append((node_id, state))
             used[enabled_id][replica_id] += used_bytes
             per_replica[enabled_id][replica_id] += 1
-    # zoekt.search_targets' rule: a ready replica whose every index is ready
-    # and on a searchable node (a replica with no index never appears here), and
-    # not a live move's build replica (a partial copy until the swap).
-    building = (
-        set(
-            Move.objects.live()
-            .filter(zoekt_enabled_namespace_id__in=ids, replacement_replica_id__isnull=False)
-            .values_list("replacement_replica_id", flat=True)
-        )
-        if index_rows
-        else set()
+    # zoekt.search_targets' rule (coverage by ready indices on searchable nodes), batched.
+    routed = (
+        search_targets_many([row.root_namespace_id for row in enabled], now) if index_rows else {}
     )
     searchable_enabled = {
-        replica_states[replica_id][0]
-        for replica_id, entries in by_replica.items()
-        if replica_id in replica_states
-        and replica_id not in building
-        and replica_states[replica_id][1] == Replica.State.READY
-        and all(
-            state == Index.State.READY and node_id in searchable_nodes for node_id, state in entries
-        )
+        row.id
+        for row in enabled
+        if row.root_namespace_id in routed and routed[row.root_namespace_id].search_enabled
     }
     out = [
         NamespaceRow(

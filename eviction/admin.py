@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from django.contrib import admin
+from django.contrib import admin, messages
 
 from eviction.models import EvictionDecision
-from zoekt.admin import bytes_column
+from zoekt.admin import EnabledNamespaceAdmin, bytes_column
 from zoekt.models import Move
 
 
@@ -75,3 +75,32 @@ class MoveAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request, obj=None) -> bool:
         return False
+
+
+@admin.action(description="Re-split the hottest index with moves (memory-aware)")
+def resplit_with_moves(modeladmin, request, queryset):
+    """``manage.py zoekt_move --resplit`` for each selected namespace."""
+    from eviction import moves, resplit
+
+    for enabled in queryset.order_by("id"):
+        root = enabled.root_namespace_id
+        try:
+            plan = moves.start_resplit(root)
+        except resplit.ResplitError as error:
+            modeladmin.message_user(request, f"Namespace {root}: {error}", messages.ERROR)
+            continue
+        if plan.move_id is None:
+            modeladmin.message_user(
+                request, f"Namespace {root}: nothing to re-split, the plan keeps one index."
+            )
+        else:
+            modeladmin.message_user(
+                request,
+                f"Namespace {root}: re-split started, {len(plan.carves)} carve(s), "
+                f"move {plan.move_id} first.",
+                messages.SUCCESS,
+            )
+
+
+# The namespaces' admin is the domain's; the action that needs moves is added here.
+EnabledNamespaceAdmin.actions = (*(EnabledNamespaceAdmin.actions or ()), resplit_with_moves)

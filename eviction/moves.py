@@ -48,6 +48,8 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.db.models import Count
 
+from eviction import resplit
+from eviction.resplit import Carve, carved_repositories, create_carve, narrowed
 from zoekt import actions, app_settings, capacity, clock, memory
 from zoekt.logging import get_logger
 from zoekt.models import EnabledNamespace, Index, Move, Node, Replica, Repository, Task
@@ -106,7 +108,7 @@ def start_moves(
         except IntegrityError:
             out.not_moved.append({"index_id": index.id, "reason": str(Reason.MOVE_ALREADY_MOVING)})
             continue
-        outcome = _try_start(move, index, settings=settings, now=now)
+        outcome = try_start(move, index, settings=settings, now=now)
         if outcome == Reason.MOVE_NO_TARGET:
             # Nowhere to go: not a move after all (its record would hold the lease).
             move.delete()
@@ -120,7 +122,7 @@ def start_moves(
 BUILDING_STATES = (Move.State.BUILDING, Move.State.READY_TO_SWAP, Move.State.SWAPPING)
 
 
-def _try_start(
+def try_start(
     move: Move, index: Index, *, settings: app_settings.ZoektSettings, now: datetime
 ) -> Reason | None:
     """Start building ``move`` (planned) if the throttles and a target allow: None when
@@ -139,9 +141,23 @@ def _try_start(
         .filter(n__gte=settings.move_max_per_target)
         .values_list("target_node_id", flat=True)
     )
-    target, skipped_busy = choose_target(
-        index, move.bytes, ceiling=ceiling, settings=settings, now=now, busy=busy
-    )
+    if move.details.get("carve"):
+        target, skipped_busy = planned_target(move, index, now=now, busy=busy)
+    else:
+        # A retry prefers a node its earlier attempts did not fail on, if there is one.
+        avoid = set(move.details.get("failed_targets", []))
+        for avoiding in (avoid, set()) if avoid else (avoid,):
+            target, skipped_busy = choose_target(
+                index,
+                move.bytes,
+                ceiling=ceiling,
+                settings=settings,
+                now=now,
+                busy=busy,
+                avoid=avoiding,
+            )
+            if target is not None or skipped_busy:
+                break
     if target is None and not skipped_busy:
         return Reason.MOVE_NO_TARGET
     if throttled or target is None:
@@ -194,6 +210,7 @@ def choose_target(
     settings: app_settings.ZoektSettings,
     now: datetime,
     busy: set[int] = frozenset(),
+    avoid: set[int] = frozenset(),
 ) -> tuple[Node | None, bool]:
     """The node a replacement goes to (or None), and whether a node with room was passed
     over only because it builds ``zoekt_move_max_per_target`` replacements already
@@ -230,7 +247,7 @@ def choose_target(
     best: tuple[float, int, Node] | None = None
     skipped_busy = False
     for node in candidates:
-        if memory.excluded_from_placement(node.metadata or {}, configured):
+        if node.id in avoid or memory.excluded_from_placement(node.metadata or {}, configured):
             continue
         projected = (node.used_bytes + inbound.get(node.id, 0) + size_bytes) / node.total_bytes
         if projected >= ceiling:
@@ -243,6 +260,21 @@ def choose_target(
     return (None if best is None else best[2]), skipped_busy
 
 
+def planned_target(
+    move: Move, index: Index, *, now: datetime, busy: set[int] = frozenset()
+) -> tuple[Node | None, bool]:
+    """A re-split's carve goes to the node its plan chose, while that node is online for
+    search and holds no index of the namespace (the plan checked its disk and memory)."""
+    node_id = move.details["carve"]["node_id"]
+    holding = Index.objects.filter(
+        zoekt_enabled_namespace_id=index.zoekt_enabled_namespace_id
+    ).values("zoekt_node_id")
+    node = Node.objects.for_search().online(now).exclude(id__in=holding).filter(id=node_id).first()
+    if node is not None and node.id in busy:
+        return None, True
+    return node, False
+
+
 def _build(move: Move, index: Index, target: Node, now: datetime) -> None:
     """Create the replacement on ``target`` and mark the move ``building``."""
     Node.objects.select_for_update().filter(id=target.id).first()
@@ -253,10 +285,11 @@ def _build(move: Move, index: Index, target: Node, now: datetime) -> None:
         created_at=now,
         updated_at=now,
     )
+    carve = move.details.get("carve")
     metadata = {
-        key: index.metadata[key]
+        key: value
         for key in ("project_namespace_id_from", "project_namespace_id_to")
-        if index.metadata.get(key) is not None
+        if (value := (carve or index.metadata).get(key)) is not None
     }
     # The ideal reservation of the index's known size (used ÷ 0.60, what the storage
     # refresh settles a ready index at), counted on the target at once. Reserving only
@@ -366,7 +399,14 @@ def _planned(move: Move, now: datetime) -> str:
     index = Index.objects.filter(id=move.source_index_ref, state=Index.State.READY).first()
     if index is None or index.zoekt_replica_id is None:
         return _set(move, Move.State.CANCELLED, now, reason=str(Reason.MOVE_SOURCE_GONE))
-    outcome = _try_start(move, index, settings=app_settings.current(), now=now)
+    retry_at = move.details.get("retry_at")
+    if retry_at and datetime.fromisoformat(retry_at) > now:
+        return move.state  # backing off after a failed build
+    outcome = try_start(move, index, settings=app_settings.current(), now=now)
+    if outcome == Reason.MOVE_NO_TARGET and move.details.get("attempts", 1) > 1:
+        # A retry with nowhere to go yet (the failed replacement's row may still hold
+        # its node until the node deletes it): one more failed attempt, then parked.
+        return _park(move, Reason.MOVE_NO_TARGET, now)
     if outcome == Reason.MOVE_NO_TARGET:
         return _set(move, Move.State.CANCELLED, now, reason=str(Reason.MOVE_NO_TARGET))
     return move.state
@@ -393,21 +433,65 @@ def _building(move: Move, now: datetime) -> str:
     return move.state
 
 
+#: Attempts at building a replacement before the move is parked, and the wait
+#: before the second (doubled before each further one).
+MAX_ATTEMPTS = 3
+RETRY_BACKOFF_SECONDS = 600
+
+
 def _park(move: Move, reason: Reason, now: datetime) -> str:
-    """Give up: retire what was built (the source still serves), say why, keep the record."""
+    """The build failed: retire what was built (the source still serves), then try
+    again after a backoff (another target, for a move that chose its own), or, out of
+    attempts, park: say why, keep the record, wait for an operator."""
     if move.replacement_replica_id:
         actions.do_evict_replicas([move.replacement_replica_id], now=now)
-    log.warning("move_parked", move_id=move.id, reason=str(reason))
-    return _set(move, Move.State.PARKED, now, reason=str(reason))
-
-
-def _catch_up(source: Index, replacement: Index, now: datetime) -> int:
-    """How many of the source's ready projects the replacement does not hold ready yet;
-    the missing ones get a repository row and an index task on the replacement."""
-    served = set(
-        Repository.objects.filter(zoekt_index=source, state=Repository.State.READY).values_list(
-            "project_identifier", flat=True
+    attempts = int(move.details.get("attempts", 1))
+    history = [
+        *move.details.get("failures", []),
+        {"at": now.isoformat(), "reason": str(reason), "target_node_id": move.target_node_id},
+    ]
+    if attempts < MAX_ATTEMPTS:
+        wait = RETRY_BACKOFF_SECONDS * 2 ** (attempts - 1)
+        failed = sorted({*move.details.get("failed_targets", []), move.target_node_id} - {None})
+        log.warning("move_retrying", move_id=move.id, reason=str(reason), wait_seconds=wait)
+        return _set(
+            move,
+            Move.State.PLANNED,
+            now,
+            reason=str(Reason.MOVE_RETRYING),
+            target_node=None,
+            replacement_replica=None,
+            replacement_index=None,
+            deadline_at=None,
+            details={
+                **move.details,
+                "attempts": attempts + 1,
+                "retry_at": (now + timedelta(seconds=wait)).isoformat(),
+                "failed_targets": failed,
+                "failures": history,
+            },
         )
+    log.warning("move_parked", move_id=move.id, reason=str(reason))
+    return _set(
+        move,
+        Move.State.PARKED,
+        now,
+        reason=str(reason),
+        details={**move.details, "failures": history},
+    )
+
+
+def _catch_up(source: Index, replacement: Index, now: datetime, carve=None) -> int:
+    """How many of the source's ready projects (of the carved range, for a re-split's
+    carve) the replacement does not hold ready yet; the missing ones get a repository
+    row and an index task on the replacement."""
+    mine = (
+        carved_repositories(source, carve)
+        if carve is not None
+        else Repository.objects.filter(zoekt_index=source)
+    )
+    served = set(
+        mine.filter(state=Repository.State.READY).values_list("project_identifier", flat=True)
     )
     held = dict(
         Repository.objects.filter(zoekt_index=replacement).values_list(
@@ -467,8 +551,9 @@ def _swap(move: Move, now: datetime) -> str:
             reason=str(Reason.MOVE_NOT_COVERED),
             details={**move.details, "last_swap_refused": now.isoformat()},
         )
+    carve = Carve.of(move.details["carve"]) if move.details.get("carve") else None
     if source is not None:
-        behind = _catch_up(source, replacement, now)
+        behind = _catch_up(source, replacement, now, carve)
         if behind:
             # Projects the source took (or re-indexed) during the move: the replacement
             # indexes them first, so the swap loses none.
@@ -491,7 +576,9 @@ def _swap(move: Move, now: datetime) -> str:
         # In the source's replica, in its place: the serving replica stays whole. (If the
         # source index went meanwhile, with its node, the replacement fills its hole.)
         Index.objects.filter(id=replacement.id).update(zoekt_replica_id=serving, updated_at=now)
-        if source is not None and source.zoekt_replica_id == serving:
+        if carve is not None and source is not None and source.zoekt_replica_id == serving:
+            details.update(_narrow(source, carve, now))
+        elif source is not None and source.zoekt_replica_id == serving:
             actions.do_evict_index(source.id, now=now)
             details["source_index_evicted"] = source.id
         else:
@@ -502,4 +589,65 @@ def _swap(move: Move, now: datetime) -> str:
         # namespace's copy of that range.
         details["source_gone_before_swap"] = True
     log.info("move_done", move_id=move.id, namespace_id=move.namespace_id)
-    return _set(move, Move.State.DONE, now, details=details, reason="")
+    _set(move, Move.State.DONE, now, details=details, reason="")
+    remaining = [Carve.of(c) for c in move.details.get("resplit", {}).get("remaining", [])]
+    if remaining and source is not None and "source_narrowed_to" in details:
+        # The re-split's next carve, in this transaction: the namespace is never
+        # without its lease between two carves.
+        following = create_carve(source, remaining, now=now)
+        try_start(following, source, settings=app_settings.current(), now=now)
+        details["next_move_id"] = following.id
+        _set(move, Move.State.DONE, now, details=details)
+    return Move.State.DONE
+
+
+def _narrow(source: Index, carve: Carve, now: datetime) -> dict[str, Any]:
+    """A carve's swap on the source: its range narrowed to what it keeps, and its
+    repositories of the carved range marked for deletion (GitLab's pipeline then
+    deletes them on the node). The source stays ready and keeps serving the rest."""
+    low = source.metadata.get("project_namespace_id_from")
+    high = source.metadata.get("project_namespace_id_to")
+    low, high = narrowed(low, high, carve)
+    metadata = dict(source.metadata)
+    for key, value in (("project_namespace_id_from", low), ("project_namespace_id_to", high)):
+        if value is None:
+            metadata.pop(key, None)
+        else:
+            metadata[key] = value
+    Index.objects.filter(id=source.id).update(metadata=metadata, updated_at=now)
+    leaving = (
+        carved_repositories(source, carve)
+        .exclude(state__in=(Repository.State.PENDING_DELETION, Repository.State.DELETED))
+        .update(state=Repository.State.PENDING_DELETION, updated_at=now)
+    )
+    return {"source_narrowed_to": [low, high], "repositories_leaving_source": leaving}
+
+
+def start_resplit(
+    root_namespace_id: int,
+    *,
+    index_id: int | None = None,
+    settings: app_settings.ZoektSettings | None = None,
+    now: datetime | None = None,
+) -> resplit.ResplitPlan:
+    """Plan the re-split and queue its first carve as a planned move (started at once
+    when the throttles allow). Nothing to carve (the plan keeps one index): no move."""
+    settings = settings or app_settings.current()
+    now = now or clock.now()
+    out = resplit.plan_resplit(root_namespace_id, index_id=index_id, settings=settings, now=now)
+    if not out.carves:
+        return out
+    with transaction.atomic():
+        source = Index.objects.select_for_update().filter(id=out.source_index_id).first()
+        if source is None or source.state != Index.State.READY:
+            raise resplit.ResplitError("the index is no longer ready")
+        try:
+            with transaction.atomic():
+                move = create_carve(source, out.carves, now=now)
+        except IntegrityError as error:
+            raise resplit.ResplitError(
+                "the namespace has a live move already; try again when it ends"
+            ) from error
+        try_start(move, source, settings=settings, now=now)
+        out.move_id = move.id
+    return out

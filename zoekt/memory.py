@@ -239,7 +239,7 @@ def percentile(values: Iterable[float], pct: float) -> float | None:
 # Ready indices alone, and ready plus pre-ready. The range test on
 # traversal_ids is the btree-friendly prefix test the loader uses.
 _REPOSITORY_BYTES_SQL = """
-SELECT i.zoekt_node_id,
+SELECT i.{key},
        COALESCE(SUM(s.repository_size) FILTER (WHERE i.state = %s), 0),
        COALESCE(SUM(s.repository_size), 0)
 FROM zoekt_indices i
@@ -253,7 +253,7 @@ JOIN namespaces n
 JOIN projects p ON p.project_namespace_id = n.id
 JOIN project_statistics s ON s.project_id = p.id
 WHERE i.state = ANY(%s) {node_filter}
-GROUP BY i.zoekt_node_id
+GROUP BY i.{key}
 """
 
 
@@ -273,8 +273,24 @@ def repository_bytes_by_node(
         node_filter = "AND i.zoekt_node_id = ANY(%s)"
         params.append(ids)
     with connection.cursor() as cursor:
-        cursor.execute(_REPOSITORY_BYTES_SQL.format(node_filter=node_filter), params)
+        cursor.execute(
+            _REPOSITORY_BYTES_SQL.format(key="zoekt_node_id", node_filter=node_filter), params
+        )
         return {node_id: (int(ready), int(total)) for node_id, ready, total in cursor.fetchall()}
+
+
+def repository_bytes_by_index(index_ids: Iterable[int]) -> dict[int, int]:
+    """``{index_id: repository bytes of the projects in its range}`` (one query; indices
+    in the estimate's states only)."""
+    ids = sorted(set(index_ids))
+    if not ids:
+        return {}
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _REPOSITORY_BYTES_SQL.format(key="id", node_filter="AND i.id = ANY(%s)"),
+            [READY_INDEX_STATE, list(ESTIMATE_INDEX_STATES), ids],
+        )
+        return {index_id: int(total) for index_id, _ready, total in cursor.fetchall()}
 
 
 def estimated_memory_by_node(

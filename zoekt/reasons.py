@@ -68,6 +68,7 @@ class Reason(enum.StrEnum):
     MOVE_SOURCE_GONE = "move_source_gone"
     MOVE_NOT_COVERED = "move_not_covered"
     MOVE_CATCHING_UP = "move_catching_up"
+    MOVE_RETRYING = "move_retrying"
     # Eviction cooldown (eviction.actions): why it ended
     COOLDOWN_EVICTED_INDICES_GONE = "cooldown_evicted_indices_gone"
     COOLDOWN_EXPIRED = "cooldown_expired"

@@ -1,50 +1,148 @@
 """Where a search of one root namespace fans out to, or why it cannot.
 
-A search goes to one replica of the namespace: a *ready* replica (state
-``ready``, at least one index, every index ``ready``) whose every index sits
-on a searchable node (``Node.objects.searchable``: online, for_search, and
-healthy by ``zoekt.search_health``). Of several such replicas the one with
-the lowest id is chosen, so the answer is stable between calls. Its targets
-are the replica's nodes, ordered by node id, each with the indices it holds
-there (ordered by index id) and their project-namespace id ranges.
+Search routes by **coverage**, not by replica state. A namespace is
+searchable while its ready indices on searchable nodes
+(``Node.objects.searchable``: online, for_search, and healthy by
+``zoekt.search_health``) cover every project: every project-namespace id,
+from the lowest to the highest, falls in the range
+(``project_namespace_id_from`` .. ``_to``, open ends unbounded) of one of
+them. The answer names, for each part of the id space, exactly one such
+index, and the range it is asked for, so no project is searched twice and
+a node that still holds repositories being moved away is asked only for
+the range it still serves. A live move's replacement, built in a replica of
+its own, is never a target until its swap.
 
-When there is no target the answer says why, with a code from
+Which indices, of several that could serve (``cover``):
+
+1. the lowest-id replica whose ready indices on searchable nodes cover
+   everything by themselves: in a healthy fleet, exactly GitLab's choice of
+   one replica, stable between calls;
+2. else a cover drawn from every replica: at each point, the index that
+   reaches furthest, ties to the lower (replica, node, index) id. A
+   namespace whose replicas each lost a different node stays searchable.
+
+The replica's state is not asked: GitLab turns a whole replica ``pending``
+as soon as one index is not ready (``ReplicaStateService``), which is why a
+change inside a replica would take the namespace dark there. Replica states
+keep GitLab's meaning for everything else.
+
+Each target is one node with the one index of the namespace it holds (an
+enabled namespace has at most one index per node); targets in node id
+order. When there is none the answer says why, with a code from
 ``zoekt.reasons``, checked in this order:
 
 ``namespace_not_enabled``  no enabled namespace has this root namespace id
 ``search_disabled``        the enabled namespace has ``search = false``
-``no_ready_replica``       no replica is ready (with every index ready)
-``no_searchable_replica``  ready replicas exist, each with an index on a node
-                           that is not searchable
-
-GitLab's ``Replica.search_enabled?`` asks only for a ready replica with an
-index on an online node; this is stricter (every index, searchable nodes),
-because a fan-out that misses one index misses part of the namespace.
+``no_ready_replica``       its ready indices do not cover every project
+``no_searchable_replica``  they do, but not those on searchable nodes
 
 It costs the same four queries whatever the number of replicas, indices or
-nodes: the enabled namespace, the ready replicas' indices with their nodes,
-and the two of ``searchable``. ``search_targets_many`` answers for many
-namespaces in those same four queries (a namespace with no ready index
-needs fewer); ``search_targets`` is it for one.
+nodes: the enabled namespace, the ready indices with their nodes, and the
+two of ``searchable``. ``search_targets_many`` answers for many namespaces
+in those same four queries (a namespace with no ready index needs fewer);
+``search_targets`` is it for one.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from django.db.models import F
-
 from zoekt import clock
-from zoekt.models import EnabledNamespace, Index, Move, Node, Replica
+from zoekt.models import EnabledNamespace, Index, Move, Node
 from zoekt.reasons import Reason
+
+#: The open ends of a range, as numbers the cover can compare.
+LOWEST = -(2**63)
+HIGHEST = 2**63
+
+
+@dataclasses.dataclass(frozen=True)
+class Span:
+    """A ready index as the cover sees it: which replica and node, and its range."""
+
+    index_id: int
+    replica_id: int
+    node_id: int
+    project_namespace_id_from: int | None = None
+    project_namespace_id_to: int | None = None
+
+    @property
+    def low(self) -> int:
+        lo = self.project_namespace_id_from
+        return LOWEST if lo is None else int(lo)
+
+    @property
+    def high(self) -> int:
+        hi = self.project_namespace_id_to
+        return HIGHEST if hi is None else int(hi)
+
+    @classmethod
+    def of(cls, index: Index) -> Span:
+        metadata = index.metadata or {}
+        return cls(
+            index_id=index.id,
+            replica_id=index.zoekt_replica_id,
+            node_id=index.zoekt_node_id,
+            project_namespace_id_from=metadata.get("project_namespace_id_from"),
+            project_namespace_id_to=metadata.get("project_namespace_id_to"),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Served:
+    """One index of a cover and the part of its range it is asked for."""
+
+    span: Span
+    project_namespace_id_from: int | None
+    project_namespace_id_to: int | None
+
+
+def cover(spans: Sequence[Span]) -> list[Served] | None:
+    """Exactly one span for every id, or None when some id has none (pure).
+
+    The lowest-id replica that covers everything alone wins; else every
+    replica's spans are drawn on (see the module's docstring)."""
+    by_replica: dict[int, list[Span]] = {}
+    for span in spans:
+        by_replica.setdefault(span.replica_id, []).append(span)
+    for replica_id in sorted(by_replica):
+        pieces = _reach(by_replica[replica_id])
+        if pieces is not None:
+            return pieces
+    return _reach(spans) if len(by_replica) > 1 else None
+
+
+def _reach(spans: Sequence[Span]) -> list[Served] | None:
+    """The greedy interval cover: from the lowest id, the span that reaches furthest."""
+    ordered = sorted(spans, key=lambda s: (s.replica_id, s.node_id, s.index_id))
+    point, out = LOWEST, []
+    while True:
+        best = None
+        for span in ordered:
+            if span.low <= point <= span.high and (best is None or span.high > best.high):
+                best = span
+        if best is None:
+            return None
+        out.append(
+            Served(
+                best,
+                None if point == LOWEST else point,
+                None if best.high == HIGHEST else best.high,
+            )
+        )
+        if best.high >= HIGHEST:
+            return out
+        point = best.high + 1
 
 
 @dataclasses.dataclass(frozen=True)
 class TargetIndex:
     index_id: int
+    #: The range this index is asked for (the whole of its range but where another
+    #: index serves part of it); None is an open end.
     project_namespace_id_from: int | None
     project_namespace_id_to: int | None
 
@@ -79,8 +177,22 @@ class SearchTargets:
 
 
 def search_targets(root_namespace_id: int, now: datetime | None = None) -> SearchTargets:
-    """The chosen replica's nodes and indices for a search of ``root_namespace_id``."""
+    """The covering indices and their nodes for a search of ``root_namespace_id``."""
     return search_targets_many([root_namespace_id], now)[root_namespace_id]
+
+
+def routable_indices(enabled_namespace_ids: Iterable[int]):
+    """The ready indices search may route to: in a replica, not a live move's build
+    replica (a partial copy until it joins the serving replica at the swap)."""
+    return Index.objects.filter(
+        zoekt_enabled_namespace_id__in=list(enabled_namespace_ids),
+        state=Index.State.READY,
+        zoekt_replica_id__isnull=False,
+    ).exclude(
+        zoekt_replica_id__in=Move.objects.live()
+        .filter(replacement_replica_id__isnull=False)
+        .values("replacement_replica_id")
+    )
 
 
 def search_targets_many(
@@ -96,32 +208,18 @@ def search_targets_many(
         )
     }
     searching = [row.id for row in enabled.values() if row.search]
-    indices: list[Index] = []
-    if searching:
-        # A live move's replacement is built in a replica of its own, a partial copy
-        # until it joins the serving replica at the swap: never a search target.
-        ready_replicas = (
-            Replica.objects.filter(
-                zoekt_enabled_namespace_id__in=searching, state=Replica.State.READY
-            )
-            .exclude(
-                id__in=Move.objects.live()
-                .filter(replacement_replica_id__isnull=False)
-                .values("replacement_replica_id")
-            )
-            .with_all_ready_indices()
-        )
-        indices = list(
-            Index.objects.filter(zoekt_replica__in=ready_replicas)
+    indices: list[Index] = (
+        list(
+            routable_indices(searching)
             .select_related("zoekt_node")
-            .annotate(replica_enabled_namespace_id=F("zoekt_replica__zoekt_enabled_namespace_id"))
             .order_by("zoekt_replica_id", "zoekt_node_id", "id")
         )
-    # enabled namespace id (the replica's) -> replica id -> its indices, sorted by (node, id)
-    by_namespace: dict[int, dict[int, list[Index]]] = {}
+        if searching
+        else []
+    )
+    by_namespace: dict[int, list[Index]] = {}
     for index in indices:
-        replicas = by_namespace.setdefault(index.replica_enabled_namespace_id, {})
-        replicas.setdefault(index.zoekt_replica_id, []).append(index)
+        by_namespace.setdefault(index.zoekt_enabled_namespace_id, []).append(index)
     node_ids = {index.zoekt_node_id for index in indices}
     searchable = (
         set(Node.objects.filter(pk__in=node_ids).searchable(now).values_list("id", flat=True))
@@ -137,42 +235,39 @@ def search_targets_many(
         elif not row.search:
             answers[root_id] = SearchTargets(root_id, reason=Reason.SEARCH_DISABLED)
         else:
-            answers[root_id] = _choose(root_id, by_namespace.get(row.id, {}), searchable)
+            answers[root_id] = _answer(root_id, by_namespace.get(row.id, []), searchable)
     return answers
 
 
-def _choose(
-    root_id: int, by_replica: dict[int, list[Index]], searchable: set[int]
-) -> SearchTargets:
-    """The lowest-id ready replica whose every index is on a searchable node."""
-    if not by_replica:
-        return SearchTargets(root_id, reason=Reason.NO_READY_REPLICA)
-    for replica_id in sorted(by_replica):
-        replica_indices = by_replica[replica_id]
-        if all(index.zoekt_node_id in searchable for index in replica_indices):
-            return SearchTargets(root_id, targets=_targets(replica_id, replica_indices))
-    return SearchTargets(root_id, reason=Reason.NO_SEARCHABLE_REPLICA)
+def why_not_covered(spans: Sequence[Span], searchable: set[int]) -> Reason | None:
+    """None when the spans on searchable nodes cover every project, else the reason."""
+    if cover([span for span in spans if span.node_id in searchable]) is not None:
+        return None
+    return Reason.NO_READY_REPLICA if cover(spans) is None else Reason.NO_SEARCHABLE_REPLICA
 
 
-def _targets(replica_id: int, indices: list[Index]) -> tuple[SearchTarget, ...]:
-    """One target per node, in node id order; ``indices`` is sorted by (node, id)."""
-    per_node: dict[int, list[Index]] = {}
-    for index in indices:
-        per_node.setdefault(index.zoekt_node_id, []).append(index)
-    return tuple(
-        SearchTarget(
-            node_id=node_id,
-            node_name=node_indices[0].zoekt_node.name,
-            search_base_url=node_indices[0].zoekt_node.search_base_url,
-            replica_id=replica_id,
-            indices=tuple(
-                TargetIndex(
-                    index_id=index.id,
-                    project_namespace_id_from=index.metadata.get("project_namespace_id_from"),
-                    project_namespace_id_to=index.metadata.get("project_namespace_id_to"),
-                )
-                for index in node_indices
-            ),
+def _answer(root_id: int, indices: list[Index], searchable: set[int]) -> SearchTargets:
+    spans = {index.id: Span.of(index) for index in indices}
+    pieces = cover([span for span in spans.values() if span.node_id in searchable])
+    if pieces is None:
+        return SearchTargets(root_id, reason=why_not_covered(list(spans.values()), searchable))
+    by_id = {index.id: index for index in indices}
+    targets = []
+    for piece in sorted(pieces, key=lambda p: (p.span.node_id, p.span.index_id)):
+        index = by_id[piece.span.index_id]
+        targets.append(
+            SearchTarget(
+                node_id=index.zoekt_node_id,
+                node_name=index.zoekt_node.name,
+                search_base_url=index.zoekt_node.search_base_url,
+                replica_id=index.zoekt_replica_id,
+                indices=(
+                    TargetIndex(
+                        index_id=index.id,
+                        project_namespace_id_from=piece.project_namespace_id_from,
+                        project_namespace_id_to=piece.project_namespace_id_to,
+                    ),
+                ),
+            )
         )
-        for node_id, node_indices in per_node.items()
-    )
+    return SearchTargets(root_id, targets=tuple(targets))

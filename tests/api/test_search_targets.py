@@ -1,7 +1,8 @@
 """GET /api/v1/namespaces/<root_namespace_id>/search_targets: where a search fans out to.
 
-Staff only; one replica chosen (ready, every index on a searchable node,
-lowest id first); an empty list and a reason code when there is none.
+Staff only; routed by coverage: ready indices on searchable nodes that
+cover every project, exactly one for each id (the lowest-id replica that
+covers alone first); an empty list and a reason code when there is none.
 """
 
 from __future__ import annotations
@@ -273,8 +274,21 @@ def test_a_namespace_without_replicas_has_no_ready_replica(admin_client, enabled
     )
 
 
-def test_a_pending_replica_is_not_ready(admin_client, enabled):
-    ready_replica(enabled, search_node("zoekt-a"), state=Replica.State.PENDING)
+def test_a_pending_replica_whose_indices_are_all_ready_serves(admin_client, enabled):
+    # Coverage, not the replica's state: GitLab's ReplicaStateService lags behind its
+    # indices, and a pending replica whose every index is ready covers everything.
+    replica = ready_replica(enabled, search_node("zoekt-a"), state=Replica.State.PENDING)
+    body = get(admin_client, enabled.root_namespace_id)
+    assert [t["replica_id"] for t in body["targets"]] == [replica.id]
+
+
+def test_a_pending_replica_with_an_index_not_ready_is_not_ready(admin_client, enabled):
+    replica = ready_replica(
+        enabled, search_node("zoekt-a"), search_node("zoekt-b"), state=Replica.State.PENDING
+    )
+    Index.objects.filter(pk=replica.indices.order_by("id").first().pk).update(
+        state=Index.State.INITIALIZING
+    )
     assert_no_targets(
         get(admin_client, enabled.root_namespace_id), enabled.root_namespace_id, "no_ready_replica"
     )
@@ -407,7 +421,7 @@ def test_the_query_count_does_not_grow_with_replicas_or_nodes(admin_client, enab
 
 def test_many_namespaces_are_answered_in_four_queries_each_as_alone(now):
     app_settings.current()  # cached, as in the count above
-    good, split, off, waiting, dark = (EnabledNamespaceFactory() for _ in range(5))
+    good, split, off, waiting, dark, covered = (EnabledNamespaceFactory() for _ in range(6))
     off.search = False
     off.save()
     first = search_node("zoekt-0")
@@ -417,8 +431,10 @@ def test_many_namespaces_are_answered_in_four_queries_each_as_alone(now):
     ready_replica(dark, mmap_exhausted_node("zoekt-3"))
     pending = ReplicaFactory(zoekt_enabled_namespace=waiting, state=Replica.State.PENDING)
     IndexFactory(zoekt_replica=pending, zoekt_node=first, state=Index.State.PENDING)
+    mixed = ready_replica(covered, first, mmap_exhausted_node("zoekt-4"))  # upper half dark
+    ready_replica(covered, mmap_exhausted_node("zoekt-5"), search_node("zoekt-6"))
     unknown = GroupFactory().id
-    ids = [e.root_namespace_id for e in (good, split, off, waiting, dark)] + [unknown]
+    ids = [e.root_namespace_id for e in (good, split, off, waiting, dark, covered)] + [unknown]
 
     with CaptureQueriesContext(connection) as queries:
         answers = search_targets_many(ids + ids[:2])  # repeats are answered once
@@ -432,6 +448,7 @@ def test_many_namespaces_are_answered_in_four_queries_each_as_alone(now):
         off.root_namespace_id: "search_disabled",
         waiting.root_namespace_id: "no_ready_replica",
         dark.root_namespace_id: "no_searchable_replica",
+        covered.root_namespace_id: None,
         unknown: "namespace_not_enabled",
     }
     assert [t.node_name for t in answers[split.root_namespace_id].targets] == [
@@ -441,6 +458,12 @@ def test_many_namespaces_are_answered_in_four_queries_each_as_alone(now):
     # The lowest-id ready replica serves, as for one namespace.
     good_targets = answers[good.root_namespace_id].targets
     assert [t.node_name for t in good_targets] == ["zoekt-0"]
+    # Each replica lost one half; together they cover it.
+    covering = answers[covered.root_namespace_id].targets
+    assert [(t.node_name, t.replica_id) for t in covering] == [
+        ("zoekt-0", mixed.id),
+        ("zoekt-6", mixed.id + 1),
+    ]
 
 
 def test_no_namespace_no_query():
@@ -455,3 +478,100 @@ def test_the_openapi_schema_describes_the_endpoint(admin_client):
     text = response.content.decode()
     assert "/api/v1/namespaces/{root_namespace_id}/search_targets" in text
     assert "no_searchable_replica" in text
+
+
+# --- coverage: ranges drawn from several replicas ---------------------------------------------
+
+
+def ranged_index(replica: Replica, node: Node, low, high, state=READY) -> Index:
+    return IndexFactory(
+        zoekt_replica=replica,
+        zoekt_node=node,
+        state=state,
+        metadata={"project_namespace_id_from": low, "project_namespace_id_to": high},
+    )
+
+
+def served(body: dict) -> list[tuple[str, int | None, int | None]]:
+    return [
+        (t["node_name"], i["project_namespace_id_from"], i["project_namespace_id_to"])
+        for t in body["targets"]
+        for i in t["indices"]
+    ]
+
+
+def test_replicas_that_each_lost_a_node_cover_together_without_a_result_twice(
+    admin_client, enabled
+):
+    # Replica 1: [..1000] on a, [1001..] on a dark node. Replica 2: one index on c,
+    # whole. The cover asks c only for what a does not serve.
+    first = ReplicaFactory(zoekt_enabled_namespace=enabled, state=Replica.State.READY)
+    ranged_index(first, search_node("zoekt-a"), None, 1000)
+    ranged_index(first, mmap_exhausted_node("zoekt-b"), 1001, None)
+    second = ReplicaFactory(zoekt_enabled_namespace=enabled, state=Replica.State.PENDING)
+    ranged_index(second, search_node("zoekt-c"), None, None)
+
+    body = get(admin_client, enabled.root_namespace_id)
+
+    # Replica 1 does not cover alone; replica 2 does, even though it is pending.
+    assert served(body) == [("zoekt-c", None, None)]
+
+
+def test_a_narrow_index_is_asked_only_for_the_range_nothing_wider_serves(admin_client, enabled):
+    # No replica covers alone: 1's outer indices and 2's upper one are dark. At each
+    # point the index reaching furthest serves: c up to 1500, then b (whose range
+    # starts at 1001) only for 1501..2000, then e.
+    first = ReplicaFactory(zoekt_enabled_namespace=enabled)
+    ranged_index(first, mmap_exhausted_node("zoekt-a"), None, 1000)
+    ranged_index(first, search_node("zoekt-b"), 1001, 2000)
+    ranged_index(first, mmap_exhausted_node("zoekt-x"), 2001, None)
+    second = ReplicaFactory(zoekt_enabled_namespace=enabled)
+    ranged_index(second, search_node("zoekt-c"), None, 1500)
+    ranged_index(second, mmap_exhausted_node("zoekt-d"), 1501, None)
+    third = ReplicaFactory(zoekt_enabled_namespace=enabled)
+    ranged_index(third, search_node("zoekt-e"), 2001, None)
+
+    body = get(admin_client, enabled.root_namespace_id)
+
+    assert served(body) == [
+        ("zoekt-b", 1501, 2000),
+        ("zoekt-c", None, 1500),
+        ("zoekt-e", 2001, None),
+    ]
+    assert [t["replica_id"] for t in body["targets"]] == [first.id, second.id, third.id]
+
+
+def test_a_gap_no_index_covers_is_no_ready_replica(admin_client, enabled):
+    replica = ReplicaFactory(zoekt_enabled_namespace=enabled)
+    ranged_index(replica, search_node("zoekt-a"), None, 1000)
+    ranged_index(replica, search_node("zoekt-b"), 1001, 2000, state=Index.State.PENDING)
+    ranged_index(replica, search_node("zoekt-c"), 2001, None)
+    assert get(admin_client, enabled.root_namespace_id)["reason"] == "no_ready_replica"
+
+
+def test_a_live_moves_build_replica_is_never_a_target(admin_client, enabled):
+    from zoekt.models import Move
+
+    serving = ReplicaFactory(zoekt_enabled_namespace=enabled)
+    source = ranged_index(serving, mmap_exhausted_node("zoekt-a"), None, None)
+    build = ReplicaFactory(zoekt_enabled_namespace=enabled, state=Replica.State.PENDING)
+    replacement = ranged_index(build, search_node("zoekt-b"), None, None)
+    Move.objects.create(
+        trigger="node_level",
+        state=Move.State.BUILDING,
+        zoekt_enabled_namespace=enabled,
+        namespace_id=enabled.root_namespace_id,
+        source_node=source.zoekt_node,
+        source_index=source,
+        source_index_ref=source.id,
+        source_replica_id=serving.id,
+        source_replica_ref=serving.id,
+        target_node=replacement.zoekt_node,
+        replacement_index=replacement,
+        replacement_replica=build,
+        bytes=1,
+        created_at=NOW,
+        updated_at=NOW,
+    )
+    # Ready and searchable, but a partial copy until its swap.
+    assert get(admin_client, enabled.root_namespace_id)["reason"] == "no_searchable_replica"

@@ -13,7 +13,7 @@ from django.urls import reverse
 from tests.dashboard.builders import GIB, build_fleet, unplaced_namespace
 from zoekt import app_settings, memory
 from zoekt.admin import human_bytes
-from zoekt.models import EnabledNamespace, Index, Node, Replica
+from zoekt.models import EnabledNamespace, Index, Node
 
 pytestmark = pytest.mark.django_db
 
@@ -291,7 +291,7 @@ def test_namespace_page_shows_replicas_indices_ranges_and_search_targets(admin_c
 
 def test_namespace_page_says_why_there_is_no_search_target(admin_client, now):
     fleet = build_fleet(2, 1)
-    Replica.objects.update(state=Replica.State.PENDING)
+    Index.objects.update(state=Index.State.INITIALIZING)
     root = fleet.namespaces[0].root_namespace_id
     text = page_text(admin_client.get(reverse("dashboard-namespace", args=[root])))
     assert "No search target: no ready replica." in text

@@ -19,6 +19,7 @@ from tests.factories import GIB, NodeFactory
 from zoekt import actions, app_settings, capacity, clock
 from zoekt.models import Index, Move, Node, Replica
 from zoekt.reasons import Reason
+from zoekt.scheduling import handlers
 from zoekt.scheduling.service import SchedulingService
 from zoekt.search_targets import search_targets
 
@@ -249,18 +250,66 @@ def test_the_target_is_never_the_source_a_node_holding_the_namespace_or_a_coolin
     assert Move.objects.get().target_node_id == roomy.id
 
 
-def test_a_move_past_its_deadline_is_parked_and_its_replacement_retired(now):
-    _hot, _roomy, _enabled = _fleet()
+def test_a_move_past_its_deadline_retries_with_backoff_then_is_parked(now):
+    hot, roomy, enabled = _fleet()
     eviction.run_node_level()
     move = Move.objects.get()
-    clock.advance(Move.deadline_seconds(move.bytes) + 1)
+    replacements = [move.replacement_index_id]
 
+    for attempt, wait in ((1, moves.RETRY_BACKOFF_SECONDS), (2, 2 * moves.RETRY_BACKOFF_SECONDS)):
+        clock.advance(Move.deadline_seconds(move.bytes) + 1)
+        _keep_online(hot, roomy)
+        assert moves.advance_moves() == {"planned": 1}
+        move.refresh_from_db()
+        assert move.reason == Reason.MOVE_RETRYING and move.details["attempts"] == attempt + 1
+        assert move.replacement_index_id is None and move.target_node_id is None
+        # What was built is retired; the source still serves the whole time.
+        assert Index.objects.get(pk=replacements[-1]).state == Index.State.EVICTED
+        assert _targets(enabled) == [hot.id]
+        # GitLab's deletion pipeline frees roomy's slot of the namespace.
+        handlers.orphan_indices()
+        handlers.delete_indices()
+        assert not Index.objects.filter(pk=replacements[-1]).exists()
+        # Not before the backoff has passed (it doubles), then built again: on roomy,
+        # the one node there is, although the last attempt failed there.
+        clock.advance(wait // 2)
+        _keep_online(hot, roomy)
+        assert moves.advance_moves() == {"planned": 1}
+        clock.advance(wait // 2)
+        _keep_online(hot, roomy)
+        assert moves.advance_moves() == {"building": 1}
+        move.refresh_from_db()
+        assert move.target_node_id == roomy.id
+        assert move.replacement_index_id not in replacements
+        replacements.append(move.replacement_index_id)
+
+    clock.advance(Move.deadline_seconds(move.bytes) + 1)
+    _keep_online(hot, roomy)
     assert moves.advance_moves() == {"parked": 1}
     move.refresh_from_db()
     assert move.reason == Reason.MOVE_DEADLINE_PASSED and move.parked_at == clock.now()
+    assert [f["reason"] for f in move.details["failures"]] == ["move_deadline_passed"] * 3
     assert not Replica.objects.filter(pk=move.replacement_replica_id).exists()
-    assert Index.objects.get(pk=move.replacement_index_id).state == Index.State.EVICTED
+    assert Index.objects.get(pk=replacements[-1]).state == Index.State.EVICTED
     assert Replica.objects.get(pk=move.source_replica_ref).state == Replica.State.READY
+    assert _targets(enabled) == [hot.id]
+
+
+def test_a_retry_prefers_a_node_the_failed_attempt_did_not_use(now):
+    hot, roomy, _enabled = _fleet()
+    eviction.run_node_level()
+    move = Move.objects.get()
+    other = NodeFactory(total_bytes=100 * GIB, used_bytes=GIB, metadata={"name": "other"})
+    other = beat(other, 2 * GIB, seconds=0)  # fuller than roomy: not the first choice
+    clock.advance(Move.deadline_seconds(move.bytes) + 1)
+    _keep_online(hot, roomy, other)
+    moves.advance_moves()
+    clock.advance(moves.RETRY_BACKOFF_SECONDS)
+    _keep_online(hot, roomy, other)
+    moves.advance_moves()
+    move.refresh_from_db()
+    assert move.details["failed_targets"] == [roomy.id]
+    assert move.state == Move.State.BUILDING and move.target_node_id == other.id
 
 
 def test_the_database_refuses_a_second_live_move_of_one_index(now):

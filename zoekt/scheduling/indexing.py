@@ -57,8 +57,14 @@ def fetch_indices_for_indexing(
 ) -> list[Index]:
     """The Router (reference 5.6): the target indices of a project, one replica at a time.
 
-    Two queries, whatever the number of replicas and indices. A deletion reaches
-    every index holding the project, a live move's replacement included.
+    Two queries, whatever the number of replicas and indices (three when a
+    replica is split by project range). A deletion reaches every index holding
+    the project, a live move's replacement included.
+
+    A new project goes, in each replica, to the index whose project-namespace
+    id range holds it when there is one (search asks each index only for its
+    range, ``zoekt.search_targets``), else to GitLab's choice: the index with
+    the most free bytes.
     """
     indices = Index.objects.filter(
         zoekt_replica__namespace_id=root_namespace_id, zoekt_replica__isnull=False
@@ -83,6 +89,7 @@ def fetch_indices_for_indexing(
     for index in indices:
         by_replica.setdefault(index.zoekt_replica_id, []).append(index)
     targets: list[Index] = []
+    position: list[int | None] = []  # the project's project-namespace id, read once if needed
     for replica_indices in by_replica.values():
         existing = [i for i in replica_indices if i.id in with_rows]
         if existing:
@@ -91,10 +98,29 @@ def fetch_indices_for_indexing(
         if for_delete:
             continue
         candidates = [i for i in replica_indices if i.state not in Index.SHOULD_BE_DELETED_STATES]
+        if any(i.project_namespace_id_range is not None for i in candidates):
+            if not position:
+                position.append(
+                    Project.objects.filter(id=project_id)
+                    .values_list("project_namespace_id", flat=True)
+                    .first()
+                )
+            holding = [i for i in candidates if _in_range(i, position[0])]
+            candidates = holding or candidates
         if candidates:
             # Largest free bytes; the oldest index wins a tie.
             targets.append(max(candidates, key=lambda i: (i.free_storage_bytes, -i.id)))
     return targets
+
+
+def _in_range(index: Index, project_namespace_id: int | None) -> bool:
+    bounds = index.project_namespace_id_range
+    if bounds is None or project_namespace_id is None:
+        return bounds is None
+    low, high = bounds
+    return (low is None or project_namespace_id >= low) and (
+        high is None or project_namespace_id <= high
+    )
 
 
 @dataclasses.dataclass(frozen=True)
