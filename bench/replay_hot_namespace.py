@@ -65,6 +65,7 @@ SMALL_FACTOR = 0.125
 BUDGET = 96 * GIB
 MEMORY_RATIO = 1.5
 NODES = ("zoekt-0", "zoekt-1")
+NODE_CONCURRENCY = 8
 
 
 def build_catalog(seed: int) -> tuple[dict[int, str], list[tuple[int, int, int]]]:
@@ -85,7 +86,16 @@ def build_catalog(seed: int) -> tuple[dict[int, str], list[tuple[int, int, int]]
     return roots, projects
 
 
-def run_once(label: str, *, memory_aware: bool, seed: int, tick: float, quiet: bool):
+def run_once(
+    label: str,
+    *,
+    memory_aware: bool,
+    seed: int,
+    tick: float,
+    quiet: bool,
+    resplit: bool = False,
+    rate_mib: float = 20.0,
+):
     from simulator.replay import Replay, catalog_rows, fleet_state
 
     roots, projects = build_catalog(seed)
@@ -101,6 +111,10 @@ def run_once(label: str, *, memory_aware: bool, seed: int, tick: float, quiet: b
         tick_seconds=tick,
         traffic={},
         seed=seed,
+        # Indexing takes time: 20 MiB/s of index a task, 8 tasks a node (as the
+        # eviction replays), so a re-split's carve builds over many ticks.
+        indexing_bytes_per_second=rate_mib * MIB,
+        node_concurrency=NODE_CONCURRENCY,
     ) as replay:
         replay.settings(
             zoekt_indexing_enabled=True,
@@ -133,8 +147,14 @@ def run_once(label: str, *, memory_aware: bool, seed: int, tick: float, quiet: b
         replay.run(1800, progress=progress)  # and half an hour of steady state
         report = node_report(replay)
         warnings = plan_warnings()
+        extra = {}
+        if resplit:
+            extra = resplit_hot_group(replay, roots, progress)
+            extra["before"] = report
+            report = node_report(replay)
         wall = time.perf_counter() - started
     return replay, {
+        **extra,
         "label": label,
         "small_ready": small_ready,
         "small_ready_after_s": small_at,
@@ -144,6 +164,71 @@ def run_once(label: str, *, memory_aware: bool, seed: int, tick: float, quiet: b
         "wall_s": wall,
         "nodes": report,
         "plan_warnings": warnings,
+    }
+
+
+def resplit_hot_group(replay, roots: dict[int, str], progress) -> dict:
+    """Memory planning switched on over the disk-only layout, then ``zoekt_move --resplit``
+    of the hot group; runs until every carve is done and the carved repositories are gone
+    from the source node. Every tick, at the instant searches are drawn, counts the
+    namespaces without a search target."""
+    from eviction import moves
+    from zoekt.models import Index, Move, Repository
+    from zoekt.search_targets import search_targets_many
+
+    replay.settings(zoekt_node_memory_budget_bytes=BUDGET, zoekt_memory_ratio=MEMORY_RATIO)
+    replay.event("re-split of the hot group")
+    started_at = replay.t
+    plan = moves.start_resplit(HOT_ROOT)
+    source_index = plan.source_index_id
+    ticks = {"watched": 0, "dark_namespace_ticks": 0, "hot_dark_ticks": 0}
+
+    def watch(r) -> None:
+        if not Move.objects.filter(namespace_id=HOT_ROOT).exists():
+            return
+        answers = search_targets_many(roots)
+        ticks["watched"] += 1
+        dark = [root for root, answer in answers.items() if not answer.targets]
+        ticks["dark_namespace_ticks"] += len(dark)
+        ticks["hot_dark_ticks"] += HOT_ROOT in dark
+
+    replay.watch(watch)
+
+    def finished(r) -> bool:
+        live = Move.objects.live().filter(namespace_id=HOT_ROOT).exists()
+        leaving = Repository.objects.filter(
+            zoekt_index_id=source_index,
+            state__in=(Repository.State.PENDING_DELETION, Repository.State.DELETED),
+        ).exists()
+        return not live and not leaving and r.converged()
+
+    done = replay.run(24 * 3600, until=finished, progress=progress)
+    finished_at = replay.t
+    replay.run(1800, progress=progress)
+    done_moves = list(Move.objects.filter(namespace_id=HOT_ROOT).order_by("id"))
+    # The thrash check: memory-pressure moves switched on over the re-split layout (both
+    # nodes near the high memory watermark) for 24 simulated hours.
+    settled = Move.objects.count()
+    replay.settings(zoekt_memory_pressure_moves=True, zoekt_eviction_moves=True)
+    replay.event("memory-pressure moves on")
+    replay.run(24 * 3600, progress=progress)
+    per_namespace = {}
+    for namespace_id in Move.objects.values_list("namespace_id", flat=True):
+        per_namespace[namespace_id] = per_namespace.get(namespace_id, 0) + 1
+    return {
+        "moves_after_convergence": Move.objects.count() - settled,
+        "most_moves_of_a_namespace": max(per_namespace.values(), default=0),
+        "resplit_done": done,
+        "resplit_seconds": finished_at - started_at,
+        "resplit_pieces": len(plan.pieces),
+        "resplit_carves": len(plan.carves),
+        "resplit_moves": [
+            (m.state, m.done_at and (m.done_at - m.created_at).total_seconds()) for m in done_moves
+        ],
+        "dark_namespace_minutes": ticks["dark_namespace_ticks"] * replay.tick_seconds / 60,
+        "hot_dark_minutes": ticks["hot_dark_ticks"] * replay.tick_seconds / 60,
+        "ticks_watched": ticks["watched"],
+        "hot_indices_after": Index.objects.filter(namespace_id=HOT_ROOT).count(),
     }
 
 
@@ -241,10 +326,52 @@ def print_table(results: list[dict]) -> None:
         )
 
 
+def print_resplit(results: list[dict]) -> None:
+    """Before and after the re-split: the max/min of the estimate and of observed RSS."""
+    for result in results:
+        before, after = result["before"], result["nodes"]
+
+        def both(rows, key):
+            return ratio([row[key] or 0 for row in rows])
+
+        result["estimate_ratio_before"] = both(before, "estimated_memory_bytes")
+        result["estimate_ratio_after"] = both(after, "estimated_memory_bytes")
+        result["rss_ratio_before"] = both(before, "rss_bytes")
+        result["rss_ratio_after"] = both(after, "rss_bytes")
+        print()
+        print("Re-split of the disk-only layout (memory planning switched on, then")
+        print("`zoekt_move --resplit` of the hot group), with moves:")
+        print()
+        print(f"{'':<28} {'before':>8} {'after':>8}")
+        print(
+            f"{'estimate max/min':<28} {result['estimate_ratio_before']:>7.2f}× "
+            f"{result['estimate_ratio_after']:>7.2f}×"
+        )
+        print(
+            f"{'observed RSS max/min':<28} {result['rss_ratio_before']:>7.2f}× "
+            f"{result['rss_ratio_after']:>7.2f}×"
+        )
+        print(
+            f"pieces {result['resplit_pieces']}, carves {result['resplit_carves']}, "
+            f"done {result['resplit_done']} after {clock_text(result['resplit_seconds'])}; "
+            f"dark namespace-minutes {result['dark_namespace_minutes']:.0f} "
+            f"(hot group {result['hot_dark_minutes']:.0f}) over "
+            f"{result['ticks_watched']} ticks watched"
+        )
+        print(
+            "thrash check, memory-pressure moves on for 24 h after: "
+            f"{result['moves_after_convergence']} more moves; most moves of one namespace "
+            f"{result['most_moves_of_a_namespace']}"
+        )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--tick", type=float, default=20.0, help="simulated seconds per tick")
+    parser.add_argument(
+        "--rate-mib", type=float, default=20.0, help="index MiB/s per indexing task"
+    )
     parser.add_argument(
         "--chart", type=Path, default=ROOT / "docs" / "replays" / "hot_namespace.png"
     )
@@ -254,12 +381,23 @@ def main() -> int:
 
     setup_django("replay_hot")
     runs, results = run_all(
-        (("disk-only", False), ("memory-aware", True)),
-        lambda label, memory_aware: run_once(
-            label, memory_aware=memory_aware, seed=args.seed, tick=args.tick, quiet=args.quiet
+        (
+            ("disk-only", (False, False)),
+            ("memory-aware", (True, False)),
+            ("re-split", (False, True)),
+        ),
+        lambda label, option: run_once(
+            label,
+            memory_aware=option[0],
+            resplit=option[1],
+            seed=args.seed,
+            tick=args.tick,
+            quiet=args.quiet,
+            rate_mib=args.rate_mib,
         ),
     )
     print_table(results)
+    print_resplit([r for r in results if "resplit_done" in r])
     finish(
         runs,
         results,

@@ -1,4 +1,4 @@
-"""Beat entry of the eviction package's own job, declared in code (merged into
+"""Beat entries of the eviction package's own jobs, declared in code (merged into
 ``zoekt.celery``). The three triggers are dispatched by the scheduling service;
 moving what they chose on is this entry's. Plain data with no Django import."""
 
@@ -6,11 +6,18 @@ from __future__ import annotations
 
 #: How often live moves are taken one step further (``eviction.moves``).
 ADVANCE_MOVES_SECONDS = 60
+#: How often the memory-pressure job reads the nodes (``eviction.memory_pressure``).
+MEMORY_PRESSURE_SECONDS = 300
 
 EVICTION_BEAT: dict[str, dict] = {
     "advance-moves": {
         "task": "eviction.advance_moves",
         "schedule": float(ADVANCE_MOVES_SECONDS),
         "options": {"expires": ADVANCE_MOVES_SECONDS},
+    },
+    "memory-pressure": {
+        "task": "eviction.memory_pressure",
+        "schedule": float(MEMORY_PRESSURE_SECONDS),
+        "options": {"expires": MEMORY_PRESSURE_SECONDS},
     },
 }

@@ -141,7 +141,7 @@ def try_start(
         .filter(n__gte=settings.move_max_per_target)
         .values_list("target_node_id", flat=True)
     )
-    if move.details.get("carve"):
+    if move.details.get("carve") or move.details.get("planned_target_node_id"):
         target, skipped_busy = planned_target(move, index, now=now, busy=busy)
     else:
         # A retry prefers a node its earlier attempts did not fail on, if there is one.
@@ -166,6 +166,47 @@ def try_start(
         return Reason.MOVE_THROTTLED
     _build(move, index, target, now)
     return None
+
+
+def start_planned_move(
+    index_id: int,
+    *,
+    trigger: str,
+    target_node_id: int,
+    details: dict[str, Any],
+    settings: app_settings.ZoektSettings | None = None,
+    now: datetime | None = None,
+) -> Move | None:
+    """A move of one ready index to a node a policy chose (memory pressure), in its own
+    transaction; None when the index is gone, already moving, or the node cannot take it."""
+    settings = settings or app_settings.current()
+    now = now or clock.now()
+    with transaction.atomic():
+        index = (
+            Index.objects.select_for_update()
+            .filter(id=index_id, state=Index.State.READY, zoekt_replica__isnull=False)
+            .first()
+        )
+        if index is None:
+            return None
+        try:
+            with transaction.atomic():
+                move = Move.objects.create(
+                    **_from_source(index, trigger, now),
+                    state=Move.State.PLANNED,
+                    details={
+                        "critical": False,
+                        "target_ceiling": 0.70,
+                        "planned_target_node_id": target_node_id,
+                        **details,
+                    },
+                )
+        except IntegrityError:
+            return None
+        if try_start(move, index, settings=settings, now=now) == Reason.MOVE_NO_TARGET:
+            move.delete()
+            return None
+    return move
 
 
 def _not_moved(
@@ -217,8 +258,9 @@ def choose_target(
     (``busy``): then the move waits rather than gives up.
 
     Candidates: online search nodes, not cooling down, holding no index of the
-    namespace (the source included), not over the high memory watermark while
-    memory planning is on. Headroom is real disk: the node's used bytes, plus the
+    namespace (the source included), and, while memory planning is on, not over
+    the high memory watermark and with the memory for it (``_memory_room``).
+    Headroom is real disk: the node's used bytes, plus the
     bytes of the live moves already heading to it (this decision's included: they
     were written earlier in this transaction), plus this index, must stay under
     ``ceiling`` (a share of its disk, the high watermark less the hysteresis
@@ -244,10 +286,13 @@ def choose_target(
         if node_id is not None:
             inbound[node_id] = inbound.get(node_id, 0) + size
     configured = settings.node_memory_budget_bytes
+    room = _memory_room(index, candidates, settings) if configured is not None else None
     best: tuple[float, int, Node] | None = None
     skipped_busy = False
     for node in candidates:
         if node.id in avoid or memory.excluded_from_placement(node.metadata or {}, configured):
+            continue
+        if room is not None and not room(node):
             continue
         projected = (node.used_bytes + inbound.get(node.id, 0) + size_bytes) / node.total_bytes
         if projected >= ceiling:
@@ -260,12 +305,31 @@ def choose_target(
     return (None if best is None else best[2]), skipped_busy
 
 
+def _memory_room(index: Index, candidates: list[Node], settings: app_settings.ZoektSettings):
+    """With memory planning on: whether a node's memory takes the index, by the planner's
+    figures: the estimate of what it holds and builds (replacements already placed on it
+    included) plus the index's, under the high memory watermark of its budget."""
+    ratio = settings.memory_ratio
+    held = memory.estimated_memory_by_node([node.id for node in candidates], ratio)
+    size = memory.repository_bytes_by_index([index.id]).get(index.id, 0)
+    estimate = memory.estimate_memory_bytes(size, ratio)
+    _low, high, _critical = memory.memory_watermark_limits()
+
+    def fits(node: Node) -> bool:
+        budget = memory.planning_budget(node.metadata or {}, settings.node_memory_budget_bytes)
+        return budget is None or held.get(node.id, 0) + estimate < high * budget
+
+    return fits
+
+
 def planned_target(
     move: Move, index: Index, *, now: datetime, busy: set[int] = frozenset()
 ) -> tuple[Node | None, bool]:
-    """A re-split's carve goes to the node its plan chose, while that node is online for
-    search and holds no index of the namespace (the plan checked its disk and memory)."""
-    node_id = move.details["carve"]["node_id"]
+    """A re-split's carve (or a memory-pressure move) goes to the node its plan chose,
+    while that node is online for search and holds no index of the namespace (the plan
+    checked its disk and memory)."""
+    carve = move.details.get("carve")
+    node_id = carve["node_id"] if carve else move.details["planned_target_node_id"]
     holding = Index.objects.filter(
         zoekt_enabled_namespace_id=index.zoekt_enabled_namespace_id
     ).values("zoekt_node_id")

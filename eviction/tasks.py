@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from eviction import actions, moves
+from eviction import actions, memory_pressure, moves
 from zoekt.locks import LockKey
 from zoekt.scheduling.events import run_event
 
@@ -46,3 +46,13 @@ def advance_moves_task() -> dict:
     """Every live move one step further (``eviction.moves``): swap what is ready, park
     what is stuck. Row locks, not a global lock: two runs at once share the work."""
     return run_event("advance_moves", moves.advance_moves)
+
+
+@shared_task(name="eviction.memory_pressure")
+def memory_pressure_task() -> dict:
+    """Memory-pressure moves (``eviction.memory_pressure``): off until enabled."""
+    return run_event(
+        "memory_pressure",
+        memory_pressure.run_memory_pressure,
+        lock=LockKey.EVICTION_MEMORY_PRESSURE,
+    )

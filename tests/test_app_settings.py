@@ -53,6 +53,7 @@ GITLAB_DEFAULTS = {
     "move_max_per_source": 2,
     "move_max_per_target": 2,
     "move_max_in_cluster": 10,
+    "memory_pressure_moves": False,
     # Memory-aware planning (docs/memory.md): off until the budget is set.
     "memory_ratio": 0.5,
     "node_memory_budget_bytes": None,

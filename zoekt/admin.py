@@ -911,6 +911,7 @@ SETTINGS_FIELDSETS = (
                 "zoekt_move_max_per_source",
                 "zoekt_move_max_per_target",
                 "zoekt_move_max_in_cluster",
+                "zoekt_memory_pressure_moves",
             )
         },
     ),

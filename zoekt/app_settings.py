@@ -92,6 +92,7 @@ class ZoektSettings:
     move_max_per_source: int = 2
     move_max_per_target: int = 2
     move_max_in_cluster: int = 10
+    memory_pressure_moves: bool = False
     # Memory-aware planning (docs/memory.md).
     memory_ratio: float = 0.5
     #: None (the default): memory planning is off and the plan is the disk-only plan.
@@ -160,6 +161,7 @@ def from_row(row) -> ZoektSettings:
         move_max_per_source=row.zoekt_move_max_per_source,
         move_max_per_target=row.zoekt_move_max_per_target,
         move_max_in_cluster=row.zoekt_move_max_in_cluster,
+        memory_pressure_moves=row.zoekt_memory_pressure_moves,
         memory_ratio=row.zoekt_memory_ratio,
         node_memory_budget_bytes=row.zoekt_node_memory_budget_bytes,
         memory_auto_calibration=row.zoekt_memory_auto_calibration,

@@ -60,6 +60,8 @@ class LockKey(enum.IntEnum):
     CALIBRATE_MEMORY_RATIO = 35
     # Eviction (eviction.tasks): node-level decisions, one run at a time.
     EVICTION_NODE_LEVEL = 36
+    # Eviction (eviction.memory_pressure): memory-pressure moves, one run at a time.
+    EVICTION_MEMORY_PRESSURE = 37
 
 
 @contextlib.contextmanager

@@ -244,6 +244,9 @@ class Node(ClockStampedModel):
     #: heartbeat upsert on a crossing, cleared when use falls below the high
     #: watermark minus the hysteresis. Not GitLab's (its MR 264628 keeps one).
     high_watermark_exceeded_at = models.DateTimeField(null=True, blank=True)
+    #: The same clock for webserver memory (RSS ÷ budget at or over the high memory
+    #: watermark), kept by the memory-pressure job (``eviction.memory_pressure``).
+    memory_high_watermark_exceeded_at = models.DateTimeField(null=True, blank=True)
     #: Eviction cooldown: no eviction from the node and no new placement on it
     #: before this (docs/eviction.md); cleared early once the evicted indices are gone.
     eviction_cooldown_until = models.DateTimeField(null=True, blank=True)
@@ -1035,6 +1038,13 @@ class ApplicationSetting(ClockStampedModel):
         validators=[MinValueValidator(1)],
         help_text="Replacements a node builds at once (Elasticsearch's default of 2 incoming "
         "recoveries per node): its indexing capacity keeps serving its own work.",
+    )
+    zoekt_memory_pressure_moves = models.BooleanField(
+        "Move the hot namespace off a node under memory pressure",
+        default=False,
+        help_text="With moves and memory planning on: a node whose webserver stays over its "
+        "high memory watermark for the sustain period moves its hottest namespace that another "
+        "node can take whole.",
     )
     zoekt_move_max_in_cluster = models.IntegerField(
         "Moves building at once in the fleet",

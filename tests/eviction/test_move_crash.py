@@ -25,7 +25,7 @@ from tests.eviction.test_moves import HOUR, _finish_indexing, _keep_online, _tar
 from tests.factories import GIB, NodeFactory
 from tests.test_celery_integration import _test_database_url
 from zoekt import app_settings, clock
-from zoekt.models import Index, Move, Replica
+from zoekt.models import Index, Move, Replica, Repository
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -55,16 +55,23 @@ with clock.frozen(at):
         from eviction import actions, moves
         hang_after(moves, "_build")
         actions.run_node_level()
-    else:
+    elif step == "swap":
         from zoekt import actions
         from eviction import moves
         hang_after(actions, "do_evict_index")
+        moves.advance_move(int(arg))
+    else:
+        # "module:function": hang after it, inside one step of move ``arg``.
+        import importlib
+        from eviction import moves
+        module, name = step.split(":")
+        hang_after(importlib.import_module(module), name)
         moves.advance_move(int(arg))
 """
 
 
 def _kill_inside(step: str, arg: str, tmp_path: Path) -> None:
-    marker = tmp_path / f"{step}.marker"
+    marker = tmp_path / f"{step.replace(':', '-')}.marker"
     env = {
         **os.environ,
         "DATABASE_URL": _test_database_url(),
@@ -122,6 +129,16 @@ def _wait_for_rollback(check, seconds: float = 10) -> None:
         time.sleep(0.1)
 
 
+def _wait_for_state(move: Move, state: str) -> None:
+    """Wait until the killed step's transaction is rolled back: ``move`` is back in ``state``."""
+
+    def back() -> bool:
+        move.refresh_from_db()
+        return move.state == state
+
+    _wait_for_rollback(back)
+
+
 def test_killed_while_starting_a_move_leaves_nothing_half_built(now, tmp_path):
     hot, roomy, enabled = _fleet()
 
@@ -148,11 +165,7 @@ def test_killed_in_the_middle_of_the_swap_the_next_run_completes_it(now, tmp_pat
     _kill_inside("swap", str(move.id), tmp_path)
 
     # Rolled back: the source still serves in its replica, the replacement waits in its own.
-    def rolled_back() -> bool:
-        move.refresh_from_db()
-        return move.state == Move.State.BUILDING
-
-    _wait_for_rollback(rolled_back)
+    _wait_for_state(move, Move.State.BUILDING)
     source = Index.objects.get(pk=move.source_index_ref)
     assert (source.state, source.zoekt_replica_id) == (Index.State.READY, move.source_replica_ref)
     replacement = Index.objects.get(pk=move.replacement_index_id)
@@ -166,3 +179,81 @@ def test_killed_in_the_middle_of_the_swap_the_next_run_completes_it(now, tmp_pat
     ]
     assert Index.objects.get(pk=move.source_index_ref).state == Index.State.EVICTED
     assert _targets(enabled) == [roomy.id]
+
+
+def test_killed_while_a_queued_move_starts_building_it_stays_queued(now, tmp_path):
+    hot, roomy, enabled = _fleet()
+    app_settings.update(zoekt_move_max_per_source=0)  # every move waits for a slot
+    eviction.run_node_level()
+    move = Move.objects.get()
+    assert move.state == Move.State.PLANNED
+    app_settings.update(zoekt_move_max_per_source=2)
+    _keep_online(hot, roomy)
+
+    _kill_inside("eviction.moves:_build", str(move.id), tmp_path)
+
+    _wait_for_state(move, Move.State.PLANNED)
+    assert move.replacement_index_id is None
+    assert not Index.objects.filter(zoekt_node=roomy).exists()
+    assert Replica.objects.filter(zoekt_enabled_namespace=enabled).count() == 1
+    assert _targets(enabled) == [hot.id]
+    assert moves.advance_move(move.id) == Move.State.BUILDING
+    assert Index.objects.filter(zoekt_node=roomy).count() == 1
+
+
+@pytest.mark.parametrize("attempts", [1, moves.MAX_ATTEMPTS], ids=["retry", "park"])
+def test_killed_while_a_failed_build_is_retired_the_next_run_retires_it(now, tmp_path, attempts):
+    hot, roomy, enabled = _fleet()
+    eviction.run_node_level()
+    move = Move.objects.get()
+    Move.objects.filter(pk=move.pk).update(details={**move.details, "attempts": attempts})
+    clock.advance(Move.deadline_seconds(move.bytes) + 1)
+    _keep_online(hot, roomy)
+
+    _kill_inside("zoekt.actions:do_evict_replicas", str(move.id), tmp_path)
+
+    _wait_for_state(move, Move.State.BUILDING)
+    # Nothing retired, nothing recorded: the replacement still builds, the source serves.
+    assert Index.objects.get(pk=move.replacement_index_id).state == Index.State.PENDING
+    assert Replica.objects.filter(pk=move.replacement_replica_id).exists()
+    assert _targets(enabled) == [hot.id]
+
+    expected = Move.State.PLANNED if attempts < moves.MAX_ATTEMPTS else Move.State.PARKED
+    assert moves.advance_move(move.id) == expected
+    assert Index.objects.get(pk=move.replacement_index_id).state == Index.State.EVICTED
+    assert Replica.objects.filter(zoekt_enabled_namespace=enabled).count() == 1
+    assert _targets(enabled) == [hot.id]
+
+
+def test_killed_in_the_middle_of_a_carve_the_source_keeps_its_whole_range(now, tmp_path):
+    from tests.eviction.test_resplit import (
+        _hot_namespace,
+        _index_replacement,
+        _node,
+        memory_planning_on,
+    )
+
+    memory_planning_on()
+    hot, cold = _node("hot", used=30 * GIB), _node("cold")
+    enabled, index = _hot_namespace(hot)
+    plan = moves.start_resplit(enabled.root_namespace_id)
+    move = Move.objects.get(pk=plan.move_id)
+    _index_replacement(move)
+
+    _kill_inside("eviction.moves:_narrow", str(move.id), tmp_path)
+
+    _wait_for_state(move, Move.State.BUILDING)
+    index.refresh_from_db()
+    assert index.metadata == {}
+    assert not Repository.objects.filter(
+        zoekt_index=index, state=Repository.State.PENDING_DELETION
+    ).exists()
+    assert Index.objects.get(pk=move.replacement_index_id).zoekt_replica_id == (
+        move.replacement_replica_id
+    )
+    assert _targets(enabled) == [hot.id]
+
+    assert moves.advance_move(move.id) == Move.State.DONE
+    index.refresh_from_db()
+    assert index.metadata != {}
+    assert sorted(_targets(enabled)) == sorted([hot.id, cold.id])

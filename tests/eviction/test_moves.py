@@ -507,6 +507,69 @@ def test_a_project_created_during_a_move_is_indexed_into_the_replacement_before_
     assert move.replacement_index_id in set(held)
 
 
+def test_a_project_deleted_during_a_move_is_deleted_from_both_copies(now):
+    from tests.factories import ProjectFactory, RepositoryFactory
+    from zoekt.models import Repository, Task
+    from zoekt.scheduling.indexing import IndexingTaskService
+
+    hot, roomy, enabled = _fleet()
+    eviction.run_node_level()
+    move = Move.objects.get()
+    project = ProjectFactory(namespace_id=enabled.root_namespace_id, repository_size=GIB)
+    for index_id in (move.source_index_ref, move.replacement_index_id):
+        RepositoryFactory(
+            zoekt_index_id=index_id,
+            project=project,
+            project_identifier=project.id,
+            state=Repository.State.READY,
+        )
+
+    IndexingTaskService(
+        project.id, task_type=Task.TaskType.DELETE_REPO, root_namespace_id=enabled.root_namespace_id
+    ).execute()
+
+    deletes = Task.objects.filter(
+        task_type=Task.TaskType.DELETE_REPO, project_identifier=project.id
+    )
+    assert sorted(deletes.values_list("zoekt_node_id", flat=True)) == sorted([hot.id, roomy.id])
+
+
+def test_the_index_watermark_trigger_moves_instead_of_deleting(now):
+    from zoekt.scheduling import handlers
+
+    hot, roomy, enabled = _fleet()
+    Index.objects.filter(zoekt_node=hot).update(
+        watermark_level=Index.WatermarkLevel.CRITICAL_WATERMARK_EXCEEDED
+    )
+
+    eviction.run_index_watermark()
+    handlers.evict_indices()  # GitLab's tail: nothing is pending eviction to delete
+
+    move = Move.objects.get()
+    assert move.trigger == "index_watermark" and move.state == Move.State.BUILDING
+    assert Index.objects.get(pk=move.source_index_ref).state == Index.State.READY
+    assert _targets(enabled) == [hot.id]
+    _finish_indexing(move)
+    _keep_online(hot, roomy)
+    assert moves.advance_moves() == {"done": 1}
+    assert _targets(enabled) == [roomy.id]
+
+
+def test_the_negative_unclaimed_trigger_moves_instead_of_deleting_after_the_sustain_period(now):
+    hot, roomy, enabled = _fleet()
+    # Reservations over the usable storage: the 10 GiB index reserves 200 GiB.
+    Index.objects.filter(zoekt_node=hot).update(reserved_storage_bytes=200 * GIB)
+
+    result = eviction.run_negative_unclaimed([hot.id])
+
+    assert result["decisions_applied"] == 1, result
+    move = Move.objects.get()
+    assert move.trigger == "negative_unclaimed" and move.state == Move.State.BUILDING
+    assert move.target_node_id == roomy.id
+    assert Index.objects.get(pk=move.source_index_ref).state == Index.State.READY
+    assert _targets(enabled) == [hot.id]
+
+
 def test_a_source_lost_with_its_node_mid_move_leaves_the_replacement_in_its_place(now):
     _hot, roomy, enabled = _fleet()
     eviction.run_node_level()
@@ -572,3 +635,29 @@ def test_no_reconciler_touches_an_in_flight_move(now):
     assert Move.objects.count() == 1
     _keep_online(hot, roomy)
     assert _targets(enabled) == [hot.id]
+
+
+def test_with_memory_planning_on_a_target_without_the_memory_for_it_is_passed_over(now):
+    from tests.factories import ProjectFactory
+
+    hot, roomy, enabled = _fleet()
+    # The moving namespace: 8 GiB of repositories, an 8 GiB estimate at ratio 1.
+    ProjectFactory(namespace=enabled.root_namespace, repository_size=8 * GIB)
+    # roomy, the emptiest disk, already holds 10 GiB of estimate: 18 of 24 GiB is 75 %.
+    crowded = ready_namespace(roomy, GIB)
+    ProjectFactory(namespace=crowded.root_namespace, repository_size=10 * GIB)
+    spare = NodeFactory(total_bytes=100 * GIB, used_bytes=5 * GIB, metadata={"name": "spare"})
+    beat(spare, 5 * GIB, seconds=0)
+    app_settings.update(zoekt_node_memory_budget_bytes=24 * GIB, zoekt_memory_ratio=1)
+
+    eviction.run_node_level()
+
+    assert Move.objects.get().target_node_id == spare.id
+    # With memory planning off the disk alone decides: roomy.
+    Move.objects.all().delete()
+    Replica.objects.filter(zoekt_enabled_namespace=enabled, state=Replica.State.PENDING).delete()
+    Index.objects.filter(zoekt_enabled_namespace=enabled, zoekt_node=spare).delete()
+    app_settings.update(zoekt_node_memory_budget_bytes=None)
+    Node.objects.filter(pk=hot.pk).update(eviction_cooldown_until=None)
+    eviction.run_node_level()
+    assert Move.objects.get().target_node_id == roomy.id

@@ -100,14 +100,20 @@ def _hot_namespace(node: Node, projects: int = 10, size: int = GIB):
     return enabled, index
 
 
-@pytest.fixture
-def fleet(now):
+def memory_planning_on(budget: int = 8 * GIB, **more) -> None:
+    """Indexing and search on, memory planning with ``budget`` per node and ratio 1."""
     app_settings.update(
         zoekt_indexing_enabled=True,
         zoekt_search_enabled=True,
-        zoekt_node_memory_budget_bytes=8 * GIB,
+        zoekt_node_memory_budget_bytes=budget,
         zoekt_memory_ratio=1,
+        **more,
     )
+
+
+@pytest.fixture
+def fleet(now):
+    memory_planning_on()
     hot, cold = _node("hot", used=30 * GIB), _node("cold")
     enabled, index = _hot_namespace(hot)
     return hot, cold, enabled, index
@@ -261,12 +267,7 @@ def test_a_second_resplit_while_one_is_live_is_refused(fleet):
 
 
 def test_three_nodes_carve_twice_one_after_the_other(now):
-    app_settings.update(
-        zoekt_indexing_enabled=True,
-        zoekt_search_enabled=True,
-        zoekt_node_memory_budget_bytes=8 * GIB,
-        zoekt_memory_ratio=1,
-    )
+    memory_planning_on()
     hot = _node("hot", used=40 * GIB)
     others = [_node("cold-a"), _node("cold-b", used=2 * GIB)]
     enabled, _index = _hot_namespace(hot, projects=12)

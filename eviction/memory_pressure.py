@@ -1,0 +1,334 @@
+"""Memory-pressure moves: a node whose webserver stays over its memory budget's high
+watermark moves its hottest namespace that another node can take, whole, with a move.
+
+Off until ``zoekt_memory_pressure_moves`` is on; it needs memory planning
+(``zoekt_node_memory_budget_bytes``) and moves. The policy is pure (``decide``:
+plain rows in, one ``Choice`` per node over the watermark out, each with its
+reason); ``run_memory_pressure`` is the database edge (``eviction.actions``
+style: read, decide, then one transaction per node that starts the move).
+
+The rules, per online search node with a memory budget and a reported RSS:
+
+* **the clock**: ``zoekt_nodes.memory_high_watermark_exceeded_at`` is set when
+  RSS ÷ budget reaches the high memory watermark (75 %) and cleared below the
+  high watermark less the hysteresis band (70 %), as the disk clock is; the
+  job (every 5 minutes) keeps it;
+* **when**: after the node stayed over high for the sustain period
+  (``zoekt_eviction_sustain_period``, 8 h), or at once over critical (85 %);
+  never while the node is cooling down after an eviction, and never while a
+  move off it is live (one at a time: its relief is counted before the next);
+* **what**: the node's ready indices, hottest first by the control plane's
+  estimate (repository bytes in the index's range × ``memory_ratio``, the
+  planner's figure), leaving out what is moving and any namespace that moved
+  in the last 24 hours (no namespace moves twice in a day); the hottest, or
+  else one whose departure alone brings the node under the high watermark,
+  that a target accepts: the hot one goes, never a train of small ones that
+  each relieve nothing;
+* **where**: an online search node holding no index of the namespace, not
+  cooling down, whose memory after taking it, ``max(estimate, RSS) +`` the
+  index's estimate, stays under the high watermark less the hysteresis band
+  of its budget (the move would not start its own clock), and whose disk,
+  used plus inbound plus the index's bytes, stays under 70 %; the one left
+  with the most memory headroom. An index no node can take whole is left
+  where it is (``memory_pressure_no_target``): splitting it is
+  ``manage.py zoekt_move --resplit``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from zoekt import capacity, memory
+
+MEMORY_PRESSURE = "memory_pressure"
+#: A namespace that moved in this window is not chosen again.
+MOVED_RECENTLY_SECONDS = 24 * 3600
+
+SUSTAINED = "memory_pressure_sustained"
+CRITICAL = "memory_pressure_critical"
+NOT_SUSTAINED = "memory_pressure_not_sustained"
+COOLING = "memory_pressure_node_cooling_down"
+IN_FLIGHT = "memory_pressure_move_in_flight"
+NO_TARGET = "memory_pressure_no_target"
+
+
+@dataclass(frozen=True)
+class MemoryNode:
+    id: int
+    name: str | None
+    budget_bytes: int | None
+    rss_bytes: int | None
+    #: The control plane's estimate of the indices it holds (and is building).
+    estimated_bytes: int
+    over_high_since: datetime | None
+    cooling_until: datetime | None
+    total_bytes: int
+    used_bytes: int
+    #: Bytes of live moves heading to it (disk), and their estimates (memory).
+    inbound_bytes: int = 0
+    inbound_estimate_bytes: int = 0
+    #: A live move leaves it.
+    moving_out: bool = False
+
+    @property
+    def percent(self) -> float | None:
+        return memory.memory_percent_used(self.rss_bytes, self.budget_bytes)
+
+
+@dataclass(frozen=True)
+class MemoryIndex:
+    index_id: int
+    node_id: int
+    enabled_namespace_id: int
+    estimate_bytes: int
+    used_bytes: int
+    #: It is a live move's source, or its namespace moved in the last 24 h.
+    excluded: bool = False
+
+
+@dataclass
+class Choice:
+    node_id: int
+    reason: str
+    index_id: int | None = None
+    target_node_id: int | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def moves(self) -> bool:
+        return self.index_id is not None
+
+
+def clock_update(percent: float | None, since: datetime | None, now: datetime):
+    """The memory sustain clock after a reading: set at high, cleared under the band."""
+    _low, high, _critical = memory.memory_watermark_limits()
+    if percent is None:
+        return since
+    if percent >= high:
+        return since or now
+    if percent < high - capacity.EVICTION_HYSTERESIS:
+        return None
+    return since
+
+
+def decide(
+    nodes: Iterable[MemoryNode],
+    indices: Iterable[MemoryIndex],
+    *,
+    holding: dict[int, set[int]],
+    sustain_seconds: int,
+    now: datetime,
+    disk_ceiling: float = 0.70,
+) -> list[Choice]:
+    """One choice per node over the high memory watermark (pure).
+
+    ``holding``: enabled namespace id → the node ids holding an index of it
+    (any state: a row keeps its node's slot)."""
+    _low, high, critical = memory.memory_watermark_limits()
+    band = high - capacity.EVICTION_HYSTERESIS
+    nodes = list(nodes)
+    by_node: dict[int, list[MemoryIndex]] = {}
+    for index in indices:
+        by_node.setdefault(index.node_id, []).append(index)
+    out: list[Choice] = []
+    for node in sorted(nodes, key=lambda n: n.id):
+        percent = node.percent
+        if percent is None or percent < high:
+            continue
+        details = {"memory_percent_used": round(percent, 4), "budget_bytes": node.budget_bytes}
+        at_critical = percent >= critical
+        sustained = node.over_high_since is not None and now - node.over_high_since >= timedelta(
+            seconds=sustain_seconds
+        )
+        if node.cooling_until is not None and node.cooling_until > now:
+            out.append(Choice(node.id, COOLING, details=details))
+            continue
+        if node.moving_out:
+            out.append(Choice(node.id, IN_FLIGHT, details=details))
+            continue
+        if not (sustained or at_critical):
+            out.append(Choice(node.id, NOT_SUSTAINED, details=details))
+            continue
+        reason = CRITICAL if at_critical else SUSTAINED
+        choice = None
+        # What must leave to bring the node under high: only the hottest index, or one
+        # whose departure alone does that, is worth a move (never a train of small ones).
+        needed = (node.rss_bytes or 0) - high * node.budget_bytes
+        ranked = sorted(
+            (i for i in by_node.get(node.id, []) if not i.excluded and i.estimate_bytes > 0),
+            key=lambda i: (-i.estimate_bytes, i.index_id),
+        )
+        for position, index in enumerate(ranked):
+            if position > 0 and index.estimate_bytes < needed:
+                break
+            target = _target(index, nodes, holding, band=band, disk_ceiling=disk_ceiling, now=now)
+            if target is not None:
+                choice = Choice(
+                    node.id,
+                    reason,
+                    index_id=index.index_id,
+                    target_node_id=target[1],
+                    details={
+                        **details,
+                        "estimate_bytes": index.estimate_bytes,
+                        "target_memory_after": round(target[0], 4),
+                    },
+                )
+                break
+        out.append(choice or Choice(node.id, NO_TARGET, details=details))
+    return out
+
+
+def _target(
+    index: MemoryIndex,
+    nodes: list[MemoryNode],
+    holding: dict[int, set[int]],
+    *,
+    band: float,
+    disk_ceiling: float,
+    now: datetime,
+) -> tuple[float, int] | None:
+    """(memory share after, node id) of the node with the most headroom that takes it."""
+    taken = holding.get(index.enabled_namespace_id, set())
+    best = None
+    for node in nodes:
+        if node.id == index.node_id or node.id in taken or not node.budget_bytes:
+            continue
+        if node.cooling_until is not None and node.cooling_until > now:
+            continue
+        if node.total_bytes <= 0:
+            continue
+        held = max(node.estimated_bytes, node.rss_bytes or 0) + node.inbound_estimate_bytes
+        after = (held + index.estimate_bytes) / node.budget_bytes
+        disk = (node.used_bytes + node.inbound_bytes + index.used_bytes) / node.total_bytes
+        if after >= band or disk >= disk_ceiling:
+            continue
+        if best is None or (after, node.id) < best:
+            best = (after, node.id)
+    return best
+
+
+# --------------------------------------------------------------------------- #
+# The database edge
+# --------------------------------------------------------------------------- #
+
+
+def run_memory_pressure(*, now: datetime | None = None) -> dict[str, Any]:
+    """Keep every node's memory clock, decide, and start the chosen moves (idempotent: a
+    second run finds the moves live and the nodes ``memory_pressure_move_in_flight``)."""
+    from django.db.models import Q
+
+    from eviction import moves
+    from zoekt import app_settings, clock
+    from zoekt.models import Index, Move, Node
+
+    now = now or clock.now()
+    settings = app_settings.current()
+    configured = settings.node_memory_budget_bytes
+    if not (settings.memory_pressure_moves and settings.eviction_moves) or configured is None:
+        return {"skipped": "memory_pressure_moves_off"}
+    rows = list(Node.objects.for_search().online(now))
+    ids = [node.id for node in rows]
+    estimates = memory.estimated_memory_by_node(ids, settings.memory_ratio)
+    live = list(
+        Move.objects.live().values_list(
+            "source_node_id", "target_node_id", "bytes", "details", "source_index_ref"
+        )
+    )
+    inbound: dict[int, list[int]] = {}
+    for _source, target, size, details, _ref in live:
+        if target is not None:
+            entry = inbound.setdefault(target, [0, 0])
+            entry[0] += size
+            entry[1] += int((details or {}).get("estimate_bytes", 0))
+    moving_out = {source for source, *_ in live if source is not None}
+    nodes = []
+    for node in rows:
+        metadata = node.metadata or {}
+        budget, _source = memory.memory_budget(metadata, configured)
+        rss = memory.webserver_counter(metadata, "rss_bytes")
+        since = clock_update(
+            memory.memory_percent_used(rss, budget), node.memory_high_watermark_exceeded_at, now
+        )
+        if since != node.memory_high_watermark_exceeded_at:
+            Node.objects.filter(id=node.id).update(memory_high_watermark_exceeded_at=since)
+        nodes.append(
+            MemoryNode(
+                id=node.id,
+                name=node.name,
+                budget_bytes=budget,
+                rss_bytes=rss,
+                estimated_bytes=estimates.get(node.id, 0),
+                over_high_since=since,
+                cooling_until=node.eviction_cooldown_until,
+                total_bytes=node.total_bytes,
+                used_bytes=node.used_bytes,
+                inbound_bytes=inbound.get(node.id, [0, 0])[0],
+                inbound_estimate_bytes=inbound.get(node.id, [0, 0])[1],
+                moving_out=node.id in moving_out,
+            )
+        )
+    pressed = [n.id for n in nodes if (n.percent or 0) >= memory.MEMORY_WATERMARK_LIMIT_HIGH]
+    if not pressed:
+        return {"nodes": len(nodes), "over_high": 0, "moves_started": []}
+    candidates = list(
+        Index.objects.filter(
+            zoekt_node_id__in=pressed, state=Index.State.READY, zoekt_replica__isnull=False
+        ).values_list("id", "zoekt_node_id", "zoekt_enabled_namespace_id", "used_storage_bytes")
+    )
+    sizes = memory.repository_bytes_by_index([row[0] for row in candidates])
+    recently = set(
+        Move.objects.filter(
+            Q(state__in=Move.LIVE) | Q(done_at__gte=now - timedelta(seconds=MOVED_RECENTLY_SECONDS))
+        ).values_list("zoekt_enabled_namespace_id", flat=True)
+    )
+    indices = [
+        MemoryIndex(
+            index_id=index_id,
+            node_id=node_id,
+            enabled_namespace_id=enabled_id,
+            estimate_bytes=memory.estimate_memory_bytes(
+                sizes.get(index_id, 0), settings.memory_ratio
+            ),
+            used_bytes=used or 0,
+            excluded=enabled_id in recently,
+        )
+        for index_id, node_id, enabled_id, used in candidates
+    ]
+    holding: dict[int, set[int]] = {}
+    for enabled_id, node_id in Index.objects.filter(
+        zoekt_enabled_namespace_id__in={i.enabled_namespace_id for i in indices}
+    ).values_list("zoekt_enabled_namespace_id", "zoekt_node_id"):
+        holding.setdefault(enabled_id, set()).add(node_id)
+    choices = decide(
+        nodes,
+        indices,
+        holding=holding,
+        sustain_seconds=settings.eviction_sustain_seconds,
+        now=now,
+    )
+    started = []
+    for choice in choices:
+        if not choice.moves:
+            continue
+        move = moves.start_planned_move(
+            choice.index_id,
+            trigger=MEMORY_PRESSURE,
+            target_node_id=choice.target_node_id,
+            details={**choice.details, "memory_reason": choice.reason},
+            settings=settings,
+            now=now,
+        )
+        if move is not None:
+            started.append(move.id)
+    return {
+        "nodes": len(nodes),
+        "over_high": len(pressed),
+        "choices": [
+            {"node_id": c.node_id, "reason": c.reason, "index_id": c.index_id} for c in choices
+        ],
+        "moves_started": started,
+    }
