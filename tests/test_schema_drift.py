@@ -309,6 +309,7 @@ def test_unique(table):
         if index["unique"] and not index["primary"]
     }
     expected = [tuple(entry["columns"]) for entry in spec["unique"]]
+    partial = {tuple(entry["columns"]) for entry in spec["unique"] if entry.get("partial")}
     problems = []
     for columns in expected:
         index = actual.get(columns)
@@ -316,6 +317,12 @@ def test_unique(table):
             problems.append(
                 f"{table}.({', '.join(columns)}): unique expected, none in the database"
             )
+        elif columns in partial:
+            if not index["partial"]:
+                problems.append(
+                    f"{table}.({', '.join(columns)}): unique index {index['name']} should be "
+                    "partial (the fixture says so)"
+                )
         elif index["partial"] or index["expression"]:
             problems.append(
                 f"{table}.({', '.join(columns)}): unique index {index['name']} is partial or "

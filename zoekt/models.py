@@ -772,6 +772,14 @@ class Task(ClockStampedModel):
                 condition=GreaterThan(models.F("retries_left"), 0) | Q(retries_left=0, state=255),
                 name="check_zoekt_tasks_retries_left",
             ),
+            # At most one pending task of a type per repository, whatever the interleaving
+            # (the partition key is part of it, as every unique index of a partitioned
+            # table must be; there is one partition).
+            models.UniqueConstraint(
+                fields=["zoekt_repository_id", "task_type", "partition_id"],
+                condition=Q(state=0),
+                name="zoekt_tasks_one_pending_per_repository",
+            ),
         ]
 
     def __str__(self) -> str:

@@ -4,11 +4,24 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Exists, OuterRef, QuerySet
 
 from zoekt import clock
 from zoekt.models import Repository, Task
+
+_INSERT_TASKS_SQL = """
+INSERT INTO zoekt_tasks (
+    zoekt_repository_id, zoekt_node_id, project_identifier, task_type, state,
+    perform_at, retries_left, created_at, updated_at
+)
+SELECT t.repository_id, t.node_id, t.project_identifier, %(task_type)s, 0,
+       %(perform_at)s, %(retries_left)s, %(now)s, %(now)s
+FROM unnest(%(repositories)s::bigint[], %(nodes)s::bigint[], %(projects)s::bigint[])
+     AS t(repository_id, node_id, project_identifier)
+ON CONFLICT DO NOTHING
+RETURNING zoekt_repository_id
+"""
 
 
 def create_bulk_tasks(
@@ -21,7 +34,8 @@ def create_bulk_tasks(
     Index tasks are made only for indexable repositories, whose ``pending``
     rows become ``initializing``; delete tasks mark their repositories
     ``deleted``. Returns the number of tasks created. Safe to repeat: a
-    second call finds the pending tasks of the first and creates nothing.
+    second call finds the pending tasks of the first and creates nothing, and
+    two calls at once cannot both create one (the database refuses the second).
     """
     now = clock.now()
     perform_at = perform_at or now
@@ -40,22 +54,24 @@ def create_bulk_tasks(
         )
         if not rows:
             return 0
-        Task.objects.bulk_create(
-            [
-                Task(
-                    zoekt_repository_id=repo_id,
-                    zoekt_node_id=node_id,
-                    project_identifier=project_identifier,
-                    task_type=task_type,
-                    perform_at=perform_at,
-                    retries_left=Task.MODEL_DEFAULT_RETRIES_LEFT,
-                    created_at=now,
-                    updated_at=now,
-                )
-                for repo_id, node_id, project_identifier in rows
-            ]
-        )
-        ids = [row[0] for row in rows]
+        # The database refuses a second pending task of one type for one repository
+        # (the partial unique index ``zoekt_tasks_one_pending_per_repository``): the
+        # NOT EXISTS above is read under READ COMMITTED, and two runs at once can both
+        # pass it. The insert skips what the index refuses and says what it wrote.
+        with connection.cursor() as cursor:
+            cursor.execute(
+                _INSERT_TASKS_SQL,
+                {
+                    "repositories": [row[0] for row in rows],
+                    "nodes": [row[1] for row in rows],
+                    "projects": [row[2] for row in rows],
+                    "task_type": int(task_type),
+                    "perform_at": perform_at,
+                    "retries_left": Task.MODEL_DEFAULT_RETRIES_LEFT,
+                    "now": now,
+                },
+            )
+            ids = [repo_id for (repo_id,) in cursor.fetchall()]
         if task_type == Task.TaskType.DELETE_REPO:
             Repository.objects.filter(id__in=ids).update(
                 state=Repository.State.DELETED, updated_at=now
@@ -64,4 +80,4 @@ def create_bulk_tasks(
             Repository.objects.filter(id__in=ids, state=Repository.State.PENDING).update(
                 state=Repository.State.INITIALIZING, updated_at=now
             )
-    return len(rows)
+    return len(ids)
