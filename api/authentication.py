@@ -5,6 +5,13 @@ The token is HS256-signed with the shared secret, its issuer must be
 secrets may be configured at once (rotation); each is tried, and PyJWT
 compares signatures in constant time. Every failure is a 401 with a JSON
 body, and nothing is written before authentication succeeds.
+
+Beyond GitLab's checks, a token is refused when its time claims (``exp``,
+``iat``, ``nbf``) are not integers (a numeric string is not one), or when it
+lives longer than ``ZOEKT_NODE_TOKEN_MAX_LIFETIME_SECONDS`` (default one
+hour): ``exp - iat``, or ``exp - now`` without ``iat``. A leaked token is
+then a credential for an hour at most, not a standing one; the tokens nodes
+sign live a few minutes (GitLab's own Zoekt tokens: five).
 """
 
 from __future__ import annotations
@@ -22,6 +29,9 @@ META_KEY = "HTTP_GITLAB_SHELL_API_REQUEST"
 ISSUER = "gitlab-shell"
 ALGORITHM = "HS256"
 LEEWAY_SECONDS = 60
+#: The default of ``ZOEKT_NODE_TOKEN_MAX_LIFETIME_SECONDS``.
+DEFAULT_MAX_LIFETIME_SECONDS = 3600
+TIME_CLAIMS = ("exp", "iat", "nbf")
 
 
 class ShellSecretsMissing(ImproperlyConfigured):
@@ -67,9 +77,10 @@ def verify_node_token(token: str, secrets: list[str]) -> None:
         raise exceptions.NotAuthenticated(f"missing {HEADER} header")
     verified = False
     reason = "invalid token signature"
+    payload = None
     for secret in secrets:
         try:
-            jwt.decode(
+            payload = jwt.decode(
                 token,
                 secret,
                 algorithms=[ALGORITHM],
@@ -86,10 +97,37 @@ def verify_node_token(token: str, secrets: list[str]) -> None:
             reason = f"token lacks the {exc.claim} claim"
         except jwt.InvalidSignatureError:
             pass
+        except jwt.ImmatureSignatureError:
+            reason = "token not yet valid"
         except jwt.InvalidTokenError:
             reason = "malformed token"
     if not verified:
         raise exceptions.AuthenticationFailed(reason)
+    _check_lifetime(payload)
+
+
+def max_lifetime_seconds() -> int:
+    return int(
+        getattr(settings, "ZOEKT_NODE_TOKEN_MAX_LIFETIME_SECONDS", DEFAULT_MAX_LIFETIME_SECONDS)
+    )
+
+
+def _check_lifetime(payload: dict) -> None:
+    """Integer time claims, and a lifetime no longer than the setting allows."""
+    for claim in TIME_CLAIMS:
+        if claim in payload and (
+            isinstance(payload[claim], bool) or not isinstance(payload[claim], int)
+        ):
+            raise exceptions.AuthenticationFailed(
+                f"token claim {claim} must be an integer number of seconds since the epoch"
+            )
+    start = payload.get("iat", int(time.time()))
+    lifetime = payload["exp"] - start
+    limit = max_lifetime_seconds()
+    if lifetime > limit:
+        raise exceptions.AuthenticationFailed(
+            f"token lifetime of {lifetime} s is longer than the {limit} s allowed"
+        )
 
 
 class GitlabShellJWTAuthentication(authentication.BaseAuthentication):

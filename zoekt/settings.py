@@ -240,6 +240,10 @@ def _read_shell_secrets() -> list[str]:
 # The web server refuses to start without one (zoekt.wsgi and the system
 # check api.E001); workers and one-off commands do not need it.
 GITLAB_SHELL_SECRETS = _read_shell_secrets()
+# The longest a node token may live (exp - iat); a leaked token expires by then.
+ZOEKT_NODE_TOKEN_MAX_LIFETIME_SECONDS = int(
+    os.environ.get("ZOEKT_NODE_TOKEN_MAX_LIFETIME_SECONDS", "3600")
+)
 
 # Gitaly storages named in index payloads: {"storage": {"address": ..., "token": ...}}.
 import json as _json  # noqa: E402

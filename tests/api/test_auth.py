@@ -40,6 +40,22 @@ def signed(claims: dict, secret: str = FIRST_SECRET) -> str:
     return jwt.encode(claims, secret, algorithm="HS256")
 
 
+def signed_by_hand(claims: dict, key: bytes) -> str:
+    """HS256 by hand: PyJWT refuses to sign with an empty key, an attacker does not."""
+    import base64
+    import hashlib
+    import hmac
+    import json
+
+    def part(data: bytes) -> str:
+        return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+    head = part(json.dumps({"alg": "HS256", "typ": "JWT"}).encode())
+    body = part(json.dumps(claims).encode())
+    mac = hmac.new(key, f"{head}.{body}".encode(), hashlib.sha256).digest()
+    return f"{head}.{body}.{part(mac)}"
+
+
 def claims(**overrides) -> dict:
     issued = int(time.time())
     values = {"iss": ISSUER, "iat": issued, "exp": issued + 60}
@@ -75,6 +91,36 @@ REFUSED_TOKENS = [
         lambda: jwt.encode(claims(), FIRST_SECRET, algorithm="HS512"),
         "malformed",
         id="other-hmac-algorithm",
+    ),
+    pytest.param(lambda: jwt.encode(claims(), None, algorithm="none"), "malformed", id="alg-none"),
+    pytest.param(lambda: signed_by_hand(claims(), b""), "signature", id="empty-secret"),
+    pytest.param(
+        lambda: signed(claims(nbf=int(time.time()) + 300)), "not yet valid", id="not-yet-valid"
+    ),
+    pytest.param(
+        lambda: signed(claims(iat=int(time.time()) + 300, exp=int(time.time()) + 360)),
+        "not yet valid",
+        id="issued-in-the-future",
+    ),
+    pytest.param(
+        lambda: signed(claims(exp=4102444800)),  # 2100-01-01
+        "lifetime",
+        id="exp-in-2100",
+    ),
+    pytest.param(
+        lambda: signed(claims(iat=None, exp=int(time.time()) + 7200)),
+        "lifetime",
+        id="two-hours-left-without-iat",
+    ),
+    pytest.param(
+        lambda: signed(claims(exp=str(int(time.time()) + 60))),
+        "exp must be an integer",
+        id="exp-as-a-numeric-string",
+    ),
+    pytest.param(
+        lambda: signed(claims(iat=float(int(time.time())))),
+        "iat must be an integer",
+        id="iat-as-a-float",
     ),
 ]
 
@@ -199,3 +245,30 @@ def test_the_system_check_reports_a_missing_secret(settings):
 def test_the_system_check_is_quiet_when_a_secret_is_configured():
     assert check_shell_secrets() == []
     assert "api.E001" not in {message.id for message in checks.run_checks()}
+
+
+def test_a_bearer_header_instead_of_the_shell_header_is_refused(node_api, now, client):
+    before = table_counts()
+    response = client.post(
+        "/api/v4/internal/search/zoekt/6f1c2b1e-8a0d-4a4e-9f7b-2d6c1b0e5a11/heartbeat",
+        data=heartbeat_body(),
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {signed(claims())}",
+    )
+    assert_refused(response, "missing")
+    assert table_counts() == before
+
+
+def test_a_token_of_the_longest_lifetime_allowed_is_accepted(node_api, now, settings):
+    settings.ZOEKT_NODE_TOKEN_MAX_LIFETIME_SECONDS = 300
+    issued = int(time.time())
+    token = signed(claims(iat=issued, exp=issued + 300))  # GitLab's own five minutes
+    response = node_api.heartbeat(
+        "6f1c2b1e-8a0d-4a4e-9f7b-2d6c1b0e5a11", heartbeat_body(), token=token
+    )
+    assert response.status_code == 200, response.content
+    too_long = signed(claims(iat=issued, exp=issued + 301))
+    refused = node_api.heartbeat(
+        "6f1c2b1e-8a0d-4a4e-9f7b-2d6c1b0e5a11", heartbeat_body(), token=too_long
+    )
+    assert_refused(refused, "longer than the 300 s allowed")
