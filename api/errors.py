@@ -15,6 +15,8 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from zoekt import outages
+
 
 class PayloadTooLarge(exceptions.APIException):
     status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
@@ -61,7 +63,35 @@ def error_body(errors: dict[str, list[str]]) -> dict[str, Any]:
     return {"error": f"{first_field}: {messages[0]}", "errors": errors}
 
 
+class LengthRequired(exceptions.APIException):
+    status_code = status.HTTP_411_LENGTH_REQUIRED
+    default_detail = "A request body must be sent with Content-Length, not chunked."
+    default_code = "length_required"
+
+
+def outage_body(exc: BaseException) -> dict[str, Any] | None:
+    """The JSON error body of a 503 for an outage error, else None."""
+    server = outages.which(exc)
+    if server is None:
+        return None
+    return error_body({server: [f"{server} unavailable; try again shortly"]})
+
+
+def outage_response(exc: BaseException) -> Response | None:
+    body = outage_body(exc)
+    if body is None:
+        return None
+    return Response(
+        body,
+        status=status.HTTP_503_SERVICE_UNAVAILABLE,
+        headers={"Retry-After": str(outages.RETRY_AFTER_SECONDS)},
+    )
+
+
 def exception_handler(exc: Exception, context: dict) -> Response | None:
+    outage = outage_response(exc)
+    if outage is not None:
+        return outage
     response = drf_exception_handler(exc, context)
     if response is None:
         return None
@@ -77,7 +107,7 @@ def exception_handler(exc: Exception, context: dict) -> Response | None:
             if _is_node_api(context)
             else {"authorization": [str(exc.detail)]}
         )
-    elif isinstance(exc, PayloadTooLarge):
+    elif isinstance(exc, PayloadTooLarge | LengthRequired):
         errors = {"body": [str(exc.detail)]}
     else:
         detail = exc.detail if isinstance(exc, exceptions.APIException) else str(exc)

@@ -6,7 +6,7 @@ rule lives in ``zoekt.search_targets``; this view only connects it to HTTP.
 
 from __future__ import annotations
 
-from drf_spectacular.utils import OpenApiExample, extend_schema
+from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
 from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -80,11 +80,18 @@ class SearchTargetsView(APIView):
         operation_id="zoekt_namespace_search_targets",
         summary="The nodes and indices a search of a root namespace fans out to",
         description=(
-            "One replica is chosen: the ready replica with the lowest id whose every index "
-            "is on a searchable node. With none, targets is empty and reason says why. "
+            "Routed by coverage: for each part of the namespace's project-namespace id "
+            "space, exactly one ready index on a searchable node, with the range it is "
+            "asked for (the lowest-id replica that covers everything alone, else a cover "
+            "drawn from every replica). With none, targets is empty and reason says why. "
             "An unknown namespace id answers 200 with namespace_not_enabled."
         ),
-        responses={200: SearchTargetsSerializer},
+        responses={
+            200: SearchTargetsSerializer,
+            401: OpenApiResponse(description="No credentials, or a bad token"),
+            403: OpenApiResponse(description="A user who is not staff"),
+            503: OpenApiResponse(description="PostgreSQL unavailable; Retry-After says when"),
+        },
         examples=[
             OpenApiExample("Two indices on two nodes", value=SEARCH_TARGETS_EXAMPLE),
             OpenApiExample(

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import uuid
 
-from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.exceptions import ErrorDetail, ValidationError
 from rest_framework.response import Response
@@ -80,6 +81,21 @@ class NodeAPIView(APIView):
             raise PayloadTooLarge(f"Request body exceeds {serializers.MAX_BODY_BYTES} bytes.")
 
 
+#: The node's uuid in the path: a UUID (anything else is answered 422, as GitLab does).
+UUID_PARAMETER = OpenApiParameter(
+    "uuid", OpenApiTypes.UUID, OpenApiParameter.PATH, description="The node's uuid"
+)
+
+#: What every node endpoint may answer besides its own codes.
+COMMON_RESPONSES = {
+    401: OpenApiResponse(description="A missing or bad Gitlab-Shell-Api-Request token"),
+    411: OpenApiResponse(description="A chunked body: send it with Content-Length"),
+    413: OpenApiResponse(description="A body over the size cap"),
+    503: OpenApiResponse(
+        description="PostgreSQL (or the broker) unavailable; Retry-After says when to try again"
+    ),
+}
+
 HEARTBEAT_EXAMPLE = {
     "node.url": "http://zoekt-0.zoekt:6065",
     "node.search_url": "http://zoekt-0.zoekt:6070",
@@ -121,7 +137,9 @@ class HeartbeatView(NodeAPIView):
         operation_id="zoekt_node_heartbeat",
         summary="A node reports itself and receives its tasks",
         request=serializers.HeartbeatSerializer,
+        parameters=[UUID_PARAMETER],
         responses={
+            **COMMON_RESPONSES,
             200: OpenApiResponse(description="id, truncate, tasks, pull_frequency, stop_indexing"),
             400: OpenApiResponse(description="A malformed parameter"),
             422: OpenApiResponse(
@@ -147,7 +165,9 @@ class CallbackView(NodeAPIView):
         operation_id="zoekt_node_callback",
         summary="A node reports the result of a task",
         request=serializers.CallbackSerializer,
+        parameters=[UUID_PARAMETER],
         responses={
+            **COMMON_RESPONSES,
             202: OpenApiResponse(description="Accepted"),
             400: OpenApiResponse(description="A malformed parameter"),
             422: OpenApiResponse(description="Unknown node, or a uuid that is not a UUID"),

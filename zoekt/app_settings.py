@@ -11,6 +11,7 @@ that means "off", disables the setting (``None``).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import re
@@ -23,7 +24,11 @@ from django.core.exceptions import ValidationError
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 
+from zoekt.logging import get_logger
+from zoekt.outages import DATABASE_ERRORS, REDIS_ERRORS
 from zoekt.reasons import Reason
+
+log = get_logger(__name__)
 
 CACHE_KEY = "zoekt:application-settings:v1"
 
@@ -201,30 +206,51 @@ _memo: dict[str, tuple[float, ZoektSettings]] = {}
 
 
 def current() -> ZoektSettings:
-    """The settings in force: from this process's memo, Redis, or the row."""
+    """The settings in force: from this process's memo, Redis, or the row.
+
+    Redis is a cache here, never a dependency: when it does not answer, the row
+    is read; when the database does not answer either, the last value this
+    process held serves (the node API stays up through a Redis outage, and
+    through a database outage for as long as it needs only the settings)."""
     memo = _memo.get(CACHE_KEY)
     if memo is not None and memo[0] > time.monotonic():
         return memo[1]
-    value = _current_from_cache()
+    try:
+        value = _current_from_cache()
+    except DATABASE_ERRORS:
+        if memo is None:
+            raise
+        log.warning("settings_from_process_memory", reason="database unavailable")
+        value = memo[1]
     _memo[CACHE_KEY] = (time.monotonic() + _MEMO_SECONDS, value)
     return value
 
 
 def _current_from_cache() -> ZoektSettings:
-    cached = cache.get(CACHE_KEY)
+    try:
+        cached = cache.get(CACHE_KEY)
+    except REDIS_ERRORS:
+        cached = None
+        log.warning("settings_cache_unavailable", action="reading the row")
     if isinstance(cached, dict):
         try:
             return ZoektSettings(**cached)
         except TypeError:
             pass  # written by another version of this class: reload
     value = from_row(load_row())
-    cache.set(CACHE_KEY, dataclasses.asdict(value), django_settings.ZOEKT_SETTINGS_CACHE_SECONDS)
+    with contextlib.suppress(*REDIS_ERRORS):  # a cache: filled again next time
+        cache.set(
+            CACHE_KEY, dataclasses.asdict(value), django_settings.ZOEKT_SETTINGS_CACHE_SECONDS
+        )
     return value
 
 
 def invalidate() -> None:
     _memo.clear()
-    cache.delete(CACHE_KEY)
+    try:
+        cache.delete(CACHE_KEY)
+    except REDIS_ERRORS:
+        log.warning("settings_cache_unavailable", action="not invalidated")
 
 
 _POSITIVE_NUMBERS = (

@@ -27,12 +27,14 @@ an hour; a cache miss recomputes it.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 
 from django.core.cache import cache
 from django.db import connection
 
 from zoekt import capacity
+from zoekt.outages import REDIS_ERRORS
 from zoekt.reasons import Reason
 
 CACHE_KEY = "zoekt:global-buffer-factor:v2"
@@ -95,13 +97,17 @@ def compute_global_buffer_factor() -> BufferFactor:
 
 def refresh_global_buffer_factor() -> BufferFactor:
     factor = compute_global_buffer_factor()
-    cache.set(CACHE_KEY, dataclasses.asdict(factor), CACHE_SECONDS)
+    with contextlib.suppress(*REDIS_ERRORS):  # a cache: computed again next time
+        cache.set(CACHE_KEY, dataclasses.asdict(factor), CACHE_SECONDS)
     return factor
 
 
 def global_buffer_factor() -> float:
-    """The cached factor, computed now when the cache has none."""
-    cached = cache.get(CACHE_KEY)
+    """The cached factor, computed now when the cache has none (or Redis is down)."""
+    try:
+        cached = cache.get(CACHE_KEY)
+    except REDIS_ERRORS:
+        cached = None
     if isinstance(cached, dict) and "value" in cached:
         return float(cached["value"])
     return refresh_global_buffer_factor().value
