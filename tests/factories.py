@@ -126,7 +126,8 @@ class TaskFactory(factory.django.DjangoModelFactory):
         model = Task
 
     zoekt_node_id = factory.LazyAttribute(lambda o: NodeFactory().id)
-    zoekt_repository_id = 1
+    # Distinct by default: the database allows one pending task of a type per repository.
+    zoekt_repository_id = factory.Sequence(lambda n: 1_000_000 + n)
     project_identifier = 1
     task_type = Task.TaskType.INDEX_REPO
     perform_at = factory.LazyFunction(clock.now)

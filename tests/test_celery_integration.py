@@ -14,7 +14,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import pytest
 from django.conf import settings
@@ -143,3 +143,99 @@ def test_every_task_dispatched_by_name_is_registered_in_a_plain_django_process()
     missing, count = out.stdout.strip().splitlines()
     assert missing == "[]"
     assert int(count) >= 10
+
+
+def _worker_env(queue: str, **extra: str) -> dict[str, str]:
+    env = {
+        **os.environ,
+        "DATABASE_URL": _test_database_url(),
+        "REDIS_URL": os.environ["REDIS_URL"],
+        "REDIS_BROKER_DB": "14",
+        "CELERY_QUEUE": queue,
+        "DJANGO_SECRET_KEY": settings.SECRET_KEY,
+        **extra,
+    }
+    env.pop("DJANGO_SECRET_KEY_FILE", None)
+    return env
+
+
+WORKER_ARGS = ["worker", "--loglevel", "INFO", "--pool", "solo", "--without-gossip"]
+
+
+def _waiting_on_a_lock() -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
+        )
+        return cursor.fetchone()[0] > 0
+
+
+def test_a_message_whose_worker_was_killed_mid_task_is_redelivered_and_runs_once(tmp_path):
+    """SIGKILL of the whole worker while it runs a one-off task (the final-failure
+    handling of a repository): the message was not acknowledged, so Redis hands it to
+    the next worker after the visibility timeout, and the retry is spent exactly once."""
+    import signal
+    import threading
+
+    from django.db import connections
+
+    from tests.factories import RepositoryFactory, TaskFactory
+    from zoekt.models import HandledTaskFailure, Repository, Task
+    from zoekt.tasks import handle_task_failed_task
+
+    repository = RepositoryFactory(retries_left=5)
+    task = TaskFactory(zoekt_repository_id=repository.id, state=Task.State.FAILED, retries_left=0)
+    queue = f"test-{uuid.uuid4().hex[:8]}"
+    # The workers read the broker this process sends to (its database number).
+    broker_db = urlsplit(settings.CELERY_BROKER_URL).path.lstrip("/") or "0"
+    env = _worker_env(queue, ZOEKT_CELERY_VISIBILITY_TIMEOUT="5", REDIS_BROKER_DB=broker_db)
+
+    # Another session holds the repository's row: the worker's task waits on it.
+    holder_ready, release = threading.Event(), threading.Event()
+
+    def hold():
+        with connections["default"].cursor() as cursor:
+            cursor.execute("BEGIN")
+            cursor.execute(
+                "SELECT id FROM zoekt_repositories WHERE id = %s FOR UPDATE", [repository.id]
+            )
+            holder_ready.set()
+            release.wait(60)
+            cursor.execute("ROLLBACK")
+        connections["default"].close()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert holder_ready.wait(10)
+    first = _spawn([*WORKER_ARGS, "-Q", queue], env, tmp_path / "first.log")
+    second = None
+    try:
+        handle_task_failed_task.apply_async((task.id,), queue=queue)
+        deadline = time.monotonic() + 60
+        while not _waiting_on_a_lock():
+            assert first.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, "the worker never reached the task"
+            time.sleep(0.2)
+        os.kill(first.pid, signal.SIGKILL)
+        first.wait(10)
+        release.set()
+        holder.join(10)
+        # Nothing was spent: the worker died inside the task's transaction.
+        assert Repository.objects.get(pk=repository.pk).retries_left == 5
+        assert not HandledTaskFailure.objects.filter(task_id=task.id).exists()
+        second = _spawn([*WORKER_ARGS, "-Q", queue], env, tmp_path / "second.log")
+        deadline = time.monotonic() + 90
+        while not HandledTaskFailure.objects.filter(task_id=task.id).exists():
+            assert second.poll() is None, (tmp_path / "second.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, (tmp_path / "second.log").read_text()[-3000:]
+            time.sleep(0.5)
+    finally:
+        release.set()
+        holder.join(10)
+        if first.poll() is None:
+            first.kill()
+        if second is not None:
+            _stop(second)
+    assert first.returncode == -signal.SIGKILL
+    assert Repository.objects.get(pk=repository.pk).retries_left == 4

@@ -13,14 +13,13 @@ import uuid
 from datetime import timedelta
 
 from django.conf import settings as django_settings
-from django.core.cache import cache
 from django.db import connection, transaction
-from django.db.models import Case, DateTimeField, F, Q, Value, When
+from django.db.models import Case, DateTimeField, Exists, F, OuterRef, Q, Value, When
 from django.db.models.functions import Greatest
 
 from zoekt import capacity, clock, hooks, locks
 from zoekt.logging import get_logger
-from zoekt.models import Index, Node, Replica, Repository, Task
+from zoekt.models import HandledTaskFailure, Index, Node, Replica, Repository, Task
 
 log = get_logger(__name__)
 
@@ -226,8 +225,12 @@ class CallbackOutcome:
 
 
 INDEX_DEBOUNCE_SECONDS = 30
-# Tasks are kept for 7 days after their partition's newest row (reference 1.6).
-TASK_FAILED_CLAIM_SECONDS = 8 * 24 * 3600
+# Tasks are kept for 7 days after their partition's newest row (reference 1.6); a
+# failed task older than that is no longer swept, and its handled mark can go.
+TASK_FAILED_KEPT_SECONDS = 8 * 24 * 3600
+# A failed task not handled this long after it failed lost its message: swept.
+TASK_FAILED_SWEEP_AFTER_SECONDS = 5 * 60
+TASK_FAILED_SWEEP_BATCH = 1000
 
 
 def do_apply_callback(node: Node, data: dict) -> CallbackOutcome:
@@ -362,9 +365,6 @@ def do_handle_task_failed(task_id: int) -> dict:
     task = Task.objects.filter(id=task_id, state=Task.State.FAILED).first()
     if task is None:
         return {"task_id": task_id, "handled": False, "reason": "task_not_failed"}
-    # A redelivered event must not spend a second retry: claim it once.
-    if not cache.add(f"zoekt:task-failed-handled:{task_id}", 1, TASK_FAILED_CLAIM_SECONDS):
-        return {"task_id": task_id, "handled": False, "reason": "already_handled"}
     retry_state = (
         Repository.State.PENDING_DELETION
         if task.task_type == Task.TaskType.DELETE_REPO
@@ -372,6 +372,16 @@ def do_handle_task_failed(task_id: int) -> dict:
     )
     now = clock.now()
     with transaction.atomic():
+        # A redelivered or swept event must not spend a second retry: the mark and the
+        # retry commit together, and the database refuses a second mark.
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "INSERT INTO zoekt_handled_task_failures (task_id, handled_at) VALUES (%s, %s) "
+                "ON CONFLICT DO NOTHING RETURNING task_id",
+                [task_id, now],
+            )
+            if cursor.fetchone() is None:
+                return {"task_id": task_id, "handled": False, "reason": "already_handled"}
         updated = Repository.objects.filter(id=task.zoekt_repository_id, retries_left__gt=0).update(
             retries_left=F("retries_left") - 1,
             state=Case(
@@ -386,6 +396,29 @@ def do_handle_task_failed(task_id: int) -> dict:
         "handled": bool(updated),
         "repository_state": repo["state"] if repo else None,
     }
+
+
+def do_sweep_failed_tasks(*, now=None) -> dict:
+    """Handle the failed tasks whose ``handle_task_failed`` message never ran (the broker
+    was down when it was sent, or it was lost), from the database alone; and forget
+    the handled marks of tasks no longer kept. Safe to run twice."""
+    now = now or clock.now()
+    handled = HandledTaskFailure.objects.filter(task_id=OuterRef("id"))
+    ids = list(
+        Task.objects.filter(
+            state=Task.State.FAILED,
+            updated_at__lt=now - timedelta(seconds=TASK_FAILED_SWEEP_AFTER_SECONDS),
+            updated_at__gte=now - timedelta(seconds=TASK_FAILED_KEPT_SECONDS),
+        )
+        .exclude(Exists(handled))
+        .order_by("id")
+        .values_list("id", flat=True)[:TASK_FAILED_SWEEP_BATCH]
+    )
+    swept = sum(1 for task_id in ids if do_handle_task_failed(task_id)["handled"])
+    forgotten, _ = HandledTaskFailure.objects.filter(
+        handled_at__lt=now - timedelta(seconds=TASK_FAILED_KEPT_SECONDS)
+    ).delete()
+    return {"failed_tasks_found": len(ids), "swept": swept, "marks_forgotten": forgotten}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -47,6 +47,12 @@ BEAT_SCHEDULE = {
         "schedule": 60.0,
         "options": {"expires": 60},
     },
+    # Not GitLab's: failed tasks whose handle_task_failed message was lost (docs/reliability.md).
+    "sweep-failed-tasks": {
+        "task": "zoekt.sweep_failed_tasks",
+        "schedule": 600.0,
+        "options": {"expires": 600},
+    },
     # GitLab's RolloutWorker cron (*/10): select, plan and provision namespaces.
     "rollout": {
         "task": "zoekt.rollout",

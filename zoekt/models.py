@@ -786,6 +786,25 @@ class Task(ClockStampedModel):
         return f"{self.get_task_type_display()} task {self.id} for node {self.zoekt_node_id}"
 
 
+class HandledTaskFailure(models.Model):
+    """A task that failed for good and whose repository retry was spent (not GitLab's).
+
+    The row is written in the transaction that spends the retry, and its key is
+    the task id, so the database refuses a second: a redelivered or swept
+    ``handle_task_failed`` spends one retry per failed task whatever the
+    interleaving or crash. Kept as long as tasks are (reference 1.6).
+    """
+
+    task_id = models.BigIntegerField(primary_key=True)
+    handled_at = models.DateTimeField(default=clock.now)
+
+    class Meta:
+        db_table = "zoekt_handled_task_failures"
+
+    def __str__(self) -> str:
+        return f"failed task {self.task_id} handled at {self.handled_at}"
+
+
 class Move(ClockStampedModel):
     """A move of one index off a node: its replacement is built elsewhere while it serves.
 

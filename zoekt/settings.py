@@ -218,6 +218,23 @@ CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_TASK_DEFAULT_QUEUE = os.environ.get("CELERY_QUEUE", "zoekt")
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# No job is lost to a crashed worker: every task is idempotent, so a message is
+# acknowledged only once its task has run, and put back when its worker dies. One
+# message at a time per worker process, so a crash puts back one job, not a batch.
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# Redis hands an unacknowledged message to another worker after this long: longer
+# than the longest job (a rollout batch of 1M projects plans in seconds; a lost-node
+# clean-up of a large node takes minutes), so a job still running is not run twice.
+ZOEKT_CELERY_VISIBILITY_TIMEOUT = int(os.environ.get("ZOEKT_CELERY_VISIBILITY_TIMEOUT", "3600"))
+# Each worker looks for messages past that timeout every 10 s (kombu's default looks
+# every 100 s): one ZRANGE on Redis, so a lost message comes back within 10 s of it.
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": ZOEKT_CELERY_VISIBILITY_TIMEOUT,
+    "unacked_restore_interval": 10,
+    "unacked_restore_throttle": 1,
+}
 
 
 # --- Node authentication --------------------------------------------------------

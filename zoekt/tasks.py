@@ -72,3 +72,11 @@ def handle_task_failed_task(task_id: int) -> dict:
     result = actions.do_handle_task_failed(task_id)
     log.info("handle_task_failed", **result)
     return result
+
+
+@shared_task(name="zoekt.sweep_failed_tasks")
+def sweep_failed_tasks_task() -> dict:
+    """The failed tasks whose message was lost, handled from the database state."""
+    result = actions.do_sweep_failed_tasks()
+    log.info("sweep_failed_tasks", **result)
+    return result

@@ -434,7 +434,7 @@ def test_the_final_failure_of_a_pending_task_fails_it_and_queues_the_repository_
 
     task = fresh(pending_task)
     assert (task.state, task.retries_left) == (Task.State.FAILED, 0)
-    assert [c.args for c in callbacks] == [(pending_task.id,)]
+    assert [c.args for c in callbacks] == [(handle_task_failed_task.name, (pending_task.id,))]
 
 
 def test_a_failure_on_a_pending_task_scheduled_for_later_changes_nothing(
@@ -460,8 +460,8 @@ def test_the_final_failure_fails_the_task_and_queues_the_repository_handling(
     task = fresh(index_task)
     assert (task.state, task.retries_left) == (Task.State.FAILED, 0)
     assert len(callbacks) == 1
-    assert callbacks[0].func.__self__.name == handle_task_failed_task.name
-    assert callbacks[0].args == (index_task.id,)
+    # Sent after commit, by name, with the task id.
+    assert callbacks[0].args == (handle_task_failed_task.name, (index_task.id,))
 
 
 def test_three_failures_in_a_row_fail_the_task(
@@ -556,3 +556,61 @@ def test_the_handler_ignores_a_task_that_has_not_failed(node_api, node, reposito
 
     assert result["handled"] is False
     assert db_snapshot() == before
+
+
+# --- no failure handling is lost or doubled -------------------------------------------------
+
+
+def test_the_database_refuses_a_second_handling_of_one_failed_task(node_api, node, index_task):
+    from zoekt.models import HandledTaskFailure
+
+    fail_for_good(node_api, node, index_task)
+    before = Repository.objects.get(pk=index_task.zoekt_repository_id).retries_left
+    assert actions.do_handle_task_failed(index_task.id)["handled"] is True
+    # The mark lives in the database, not in Redis: a cache flush forgets nothing.
+    from django.core.cache import cache
+
+    cache.clear()
+    assert actions.do_handle_task_failed(index_task.id)["reason"] == "already_handled"
+    assert Repository.objects.get(pk=index_task.zoekt_repository_id).retries_left == before - 1
+    assert HandledTaskFailure.objects.filter(task_id=index_task.id).count() == 1
+
+
+def test_a_failed_task_whose_message_was_lost_is_handled_by_the_sweeper(
+    node_api, node, index_task, django_capture_on_commit_callbacks
+):
+    Task.objects.filter(pk=index_task.pk).update(retries_left=1)
+    with django_capture_on_commit_callbacks():  # the message is never sent
+        report(node_api, node, failure(index_task), action="failed")
+    before = Repository.objects.get(pk=index_task.zoekt_repository_id).retries_left
+
+    assert actions.do_sweep_failed_tasks()["swept"] == 0  # not before five minutes
+    clock.advance(actions.TASK_FAILED_SWEEP_AFTER_SECONDS + 1)
+    assert actions.do_sweep_failed_tasks()["swept"] == 1
+    assert actions.do_sweep_failed_tasks()["swept"] == 0  # safe to run twice
+    assert Repository.objects.get(pk=index_task.zoekt_repository_id).retries_left == before - 1
+    # The late message, if it ever arrives, changes nothing.
+    assert actions.do_handle_task_failed(index_task.id)["reason"] == "already_handled"
+
+
+def test_with_the_broker_down_a_final_failure_is_acknowledged_and_swept_later(
+    node_api, node, index_task, django_capture_on_commit_callbacks, caplog
+):
+    from zoekt.celery import app
+
+    Task.objects.filter(pk=index_task.pk).update(retries_left=1)
+    saved = app.conf.broker_url
+    app.conf.broker_url = "redis://127.0.0.1:9/0"  # nothing listens there
+    app._pool = None  # the producer pool is built again from the broken URL
+    try:
+        # The after-commit send runs, fails, and is logged: the node gets its 202.
+        with django_capture_on_commit_callbacks(execute=True) as sent:
+            report(node_api, node, failure(index_task), action="failed")
+        assert len(sent) == 1
+        assert any("enqueue_failed" in record.getMessage() for record in caplog.records)
+    finally:
+        app.conf.broker_url = saved
+        app._pool = None
+    assert fresh(index_task).state == Task.State.FAILED
+    clock.advance(actions.TASK_FAILED_SWEEP_AFTER_SECONDS + 1)
+    assert actions.do_sweep_failed_tasks()["swept"] == 1

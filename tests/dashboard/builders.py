@@ -125,7 +125,7 @@ def build_fleet(
             )
         Task.objects.create(
             zoekt_node_id=node_rows[i % nodes].id,
-            zoekt_repository_id=1,
+            zoekt_repository_id=own[0].id,  # one pending task per (fictional) repository
             project_identifier=own[0].id,
             task_type=Task.TaskType.INDEX_REPO,
             perform_at=clock.now() - timedelta(seconds=1),
