@@ -10,7 +10,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install run demo test screenshots lint format bench replays clean
+.PHONY: install run demo test screenshots lint format bench fuzz replays clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,11 @@ screenshots: install
 # Heartbeat benchmark (several minutes); figures go to docs/benchmarks.md.
 bench: install
 	$(BIN)/python -m zoekt.devservers exec -- $(BIN)/python bench/heartbeat.py $(BENCH_ARGS)
+
+# Generated requests, 2,500 per endpoint (10,000 in all; a few minutes); the counts
+# it prints go to docs/reliability.md. CI runs 150 per endpoint.
+fuzz: install
+	ZOEKT_FUZZ_EXAMPLES=2500 $(BIN)/python -m zoekt.devservers test -- tests/api/test_fuzz.py -s -q
 
 # The replays (about 40 minutes together): tables on stdout, charts in docs/replays/.
 replays: install

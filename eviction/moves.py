@@ -100,7 +100,7 @@ def start_moves(
         try:
             with transaction.atomic():
                 move = Move.objects.create(
-                    **_from_source(index, trigger, now),
+                    **Move.fields_from_source(index, trigger, now),
                     state=Move.State.PLANNED,
                     decision_id=decision_id,
                     details=plan,
@@ -192,7 +192,7 @@ def start_planned_move(
         try:
             with transaction.atomic():
                 move = Move.objects.create(
-                    **_from_source(index, trigger, now),
+                    **Move.fields_from_source(index, trigger, now),
                     state=Move.State.PLANNED,
                     details={
                         "critical": False,
@@ -216,7 +216,7 @@ def _not_moved(
     if critical and reason == Reason.MOVE_NO_TARGET:
         out.fallback_replica_ids.append(index.zoekt_replica_id)
         Move.objects.create(
-            **_from_source(index, trigger, now),
+            **Move.fields_from_source(index, trigger, now),
             state=Move.State.FALLEN_BACK,
             reason=str(Reason.MOVE_FALLBACK_CRITICAL_NO_TARGET),
             details={"why_not_moved": str(reason)},
@@ -224,23 +224,6 @@ def _not_moved(
         )
         return
     out.not_moved.append({"index_id": index.id, "reason": str(reason)})
-
-
-def _from_source(index: Index, trigger: str, now: datetime) -> dict[str, Any]:
-    """A move record's fields that describe the index leaving its node."""
-    return {
-        "trigger": trigger,
-        "zoekt_enabled_namespace_id": index.zoekt_enabled_namespace_id,
-        "namespace_id": index.namespace_id,
-        "source_node_id": index.zoekt_node_id,
-        "source_index": index,
-        "source_replica_id": index.zoekt_replica_id,
-        "source_index_ref": index.id,
-        "source_replica_ref": index.zoekt_replica_id,
-        "bytes": index.used_storage_bytes,
-        "created_at": now,
-        "updated_at": now,
-    }
 
 
 def choose_target(

@@ -37,7 +37,7 @@ from datetime import datetime
 from typing import Any
 
 from zoekt import app_settings, clock, memory
-from zoekt.models import EnabledNamespace, Index, Move, Node, Repository
+from zoekt.models import EnabledNamespace, Index, Move, Node, Repository, in_range
 
 RESPLIT = "resplit"
 
@@ -211,7 +211,7 @@ def plan_resplit(
     namespace = scenario["namespaces"][0]
     low, high = _range(source)
     namespace["projects"] = [
-        p for p in namespace["projects"] if _within(p["project_namespace_id"], low, high)
+        p for p in namespace["projects"] if in_range(p["project_namespace_id"], low, high)
     ]
     namespace["existing_replicas"] = []
     namespace["existing_node_ids"] = sorted(others)
@@ -251,26 +251,16 @@ def create_carve(source: Index, queue: list[Carve], *, now: datetime) -> Move:
     """The planned move of ``queue[0]``; the rest of the queue rides in its details."""
     first, rest = queue[0], queue[1:]
     return Move.objects.create(
-        trigger=RESPLIT,
+        **{**Move.fields_from_source(source, RESPLIT, now), "bytes": carved_bytes(source, first)},
         state=Move.State.PLANNED,
-        zoekt_enabled_namespace_id=source.zoekt_enabled_namespace_id,
-        namespace_id=source.namespace_id,
-        source_node_id=source.zoekt_node_id,
-        source_index=source,
-        source_replica_id=source.zoekt_replica_id,
-        source_index_ref=source.id,
-        source_replica_ref=source.zoekt_replica_id,
         project_namespace_id_from=first.project_namespace_id_from,
         project_namespace_id_to=first.project_namespace_id_to,
-        bytes=carved_bytes(source, first),
         details={
             "critical": False,
             "target_ceiling": 1.0,
             "carve": first.as_dict(),
             "resplit": {"remaining": [carve.as_dict() for carve in rest]},
         },
-        created_at=now,
-        updated_at=now,
     )
 
 
@@ -309,7 +299,3 @@ def _source_index(enabled: EnabledNamespace, index_id: int | None) -> Index:
 def _range(index: Index) -> tuple[int | None, int | None]:
     metadata = index.metadata or {}
     return metadata.get("project_namespace_id_from"), metadata.get("project_namespace_id_to")
-
-
-def _within(value: int, low: int | None, high: int | None) -> bool:
-    return (low is None or value >= low) and (high is None or value <= high)

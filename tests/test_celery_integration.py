@@ -69,15 +69,7 @@ def test_worker_and_beat_run_a_periodic_task_whose_effect_reaches_the_database(t
     )
 
     queue = f"test-{uuid.uuid4().hex[:8]}"
-    env = {
-        **os.environ,
-        "DATABASE_URL": _test_database_url(),
-        "REDIS_URL": os.environ["REDIS_URL"],
-        "REDIS_BROKER_DB": "14",
-        "CELERY_QUEUE": queue,
-        "DJANGO_SECRET_KEY": settings.SECRET_KEY,
-    }
-    env.pop("DJANGO_SECRET_KEY_FILE", None)
+    env = _worker_env(queue)
     worker = _spawn(
         [
             "worker",

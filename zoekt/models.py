@@ -481,6 +481,11 @@ class Replica(ClockStampedModel):
         return f"replica {self.id} of namespace {self.namespace_id}"
 
 
+def in_range(value: int, low: int | None, high: int | None) -> bool:
+    """``low <= value <= high``, either end open when None (project-namespace id ranges)."""
+    return (low is None or value >= low) and (high is None or value <= high)
+
+
 class Index(ClockStampedModel):
     """The part of a replica that lives on one node (``zoekt_indices``)."""
 
@@ -578,6 +583,14 @@ class Index(ClockStampedModel):
     @property
     def free_storage_bytes(self) -> int:
         return (self.reserved_storage_bytes or 0) - self.used_storage_bytes
+
+    def holds_project_namespace(self, project_namespace_id: int | None) -> bool:
+        """Whether the id lies in the index's range (an open end is unbounded; an index
+        without a range holds every project, and an unknown id only such an index)."""
+        bounds = self.project_namespace_id_range
+        if bounds is None:
+            return True
+        return project_namespace_id is not None and in_range(project_namespace_id, *bounds)
 
     @property
     def project_namespace_id_range(self) -> tuple[int | None, int | None] | None:
@@ -916,6 +929,23 @@ class Move(ClockStampedModel):
     @classmethod
     def deadline_seconds(cls, size_bytes: int) -> int:
         return int(cls.DEADLINE_FLOOR_SECONDS + max(size_bytes, 0) * cls.DEADLINE_SECONDS_PER_BYTE)
+
+    @staticmethod
+    def fields_from_source(index: Index, trigger: str, now) -> dict:
+        """A move record's fields that describe the index leaving its node."""
+        return {
+            "trigger": trigger,
+            "zoekt_enabled_namespace_id": index.zoekt_enabled_namespace_id,
+            "namespace_id": index.namespace_id,
+            "source_node_id": index.zoekt_node_id,
+            "source_index": index,
+            "source_replica_id": index.zoekt_replica_id,
+            "source_index_ref": index.id,
+            "source_replica_ref": index.zoekt_replica_id,
+            "bytes": index.used_storage_bytes,
+            "created_at": now,
+            "updated_at": now,
+        }
 
 
 # ----------------------------------------------------------------------------

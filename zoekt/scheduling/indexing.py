@@ -105,22 +105,12 @@ def fetch_indices_for_indexing(
                     .values_list("project_namespace_id", flat=True)
                     .first()
                 )
-            holding = [i for i in candidates if _in_range(i, position[0])]
+            holding = [i for i in candidates if i.holds_project_namespace(position[0])]
             candidates = holding or candidates
         if candidates:
             # Largest free bytes; the oldest index wins a tie.
             targets.append(max(candidates, key=lambda i: (i.free_storage_bytes, -i.id)))
     return targets
-
-
-def _in_range(index: Index, project_namespace_id: int | None) -> bool:
-    bounds = index.project_namespace_id_range
-    if bounds is None or project_namespace_id is None:
-        return bounds is None
-    low, high = bounds
-    return (low is None or project_namespace_id >= low) and (
-        high is None or project_namespace_id <= high
-    )
 
 
 @dataclasses.dataclass(frozen=True)
