@@ -31,6 +31,7 @@ from zoekt.models import (
     ApplicationSetting,
     EnabledNamespace,
     ForkNetworkMember,
+    HandledTaskFailure,
     Index,
     Move,
     Node,
@@ -112,13 +113,14 @@ def fleet(now):
         source_index_ref=repo.zoekt_index_id,
         bytes=GIB,
     )
+    HandledTaskFailure.objects.create(task_id=1)
     app_settings.load_row()
     return repo
 
 
 def test_every_zoekt_model_is_registered():
     assert set(ZOEKT_MODELS) <= set(admin.site._registry)
-    assert len(ZOEKT_MODELS) == 14
+    assert len(ZOEKT_MODELS) == 15
 
 
 def test_site_titles(admin_client):

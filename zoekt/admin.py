@@ -41,6 +41,7 @@ from zoekt.models import (
     ApplicationSetting,
     EnabledNamespace,
     ForkNetworkMember,
+    HandledTaskFailure,
     Index,
     Namespace,
     NamespaceRootStorageStatistics,
@@ -841,6 +842,20 @@ class RepositoryAdmin(ViewOnlyMixin, admin.ModelAdmin):
         return admin_link(obj.zoekt_index, obj.zoekt_index_id)
 
     size = bytes_column("size_bytes", description="size", ordering="size_bytes")
+
+
+@admin.register(HandledTaskFailure)
+class HandledTaskFailureAdmin(ViewOnlyMixin, admin.ModelAdmin):
+    """Failed tasks whose repository retry was spent, once (docs/reliability.md)."""
+
+    list_display = ("task_id", "handled_at")
+    search_fields = ("task_id__exact",)
+    ordering = ("-handled_at",)
+
+    def get_search_results(self, request, queryset, search_term):
+        if search_term and not search_term.strip().isdigit():
+            return queryset.none(), False
+        return super().get_search_results(request, queryset, search_term)
 
 
 @admin.register(Task)

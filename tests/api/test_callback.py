@@ -600,8 +600,13 @@ def test_with_the_broker_down_a_final_failure_is_acknowledged_and_swept_later(
 
     Task.objects.filter(pk=index_task.pk).update(retries_left=1)
     saved = app.conf.broker_url
+
+    def rebuild_pools():  # the connection and producer pools, built again from the URL
+        app._pool = None
+        app.amqp._producer_pool = None
+
     app.conf.broker_url = "redis://127.0.0.1:9/0"  # nothing listens there
-    app._pool = None  # the producer pool is built again from the broken URL
+    rebuild_pools()
     try:
         # The after-commit send runs, fails, and is logged: the node gets its 202.
         with django_capture_on_commit_callbacks(execute=True) as sent:
@@ -610,7 +615,7 @@ def test_with_the_broker_down_a_final_failure_is_acknowledged_and_swept_later(
         assert any("enqueue_failed" in record.getMessage() for record in caplog.records)
     finally:
         app.conf.broker_url = saved
-        app._pool = None
+        rebuild_pools()
     assert fresh(index_task).state == Task.State.FAILED
     clock.advance(actions.TASK_FAILED_SWEEP_AFTER_SECONDS + 1)
     assert actions.do_sweep_failed_tasks()["swept"] == 1
