@@ -224,6 +224,76 @@ def zipf_fleet(
     }
 
 
+#: (label, memory-aware, strategy) of each plan the fleet part compares.
+PLANS = (
+    ("disk-only, first fit", False, "first_fit"),
+    ("memory-aware, first fit", True, "first_fit"),
+    ("disk-only, balanced", False, "balanced"),
+    ("memory-aware, balanced", True, "balanced"),
+)
+
+
+def with_strategy(data: dict[str, Any], strategy: str) -> dict[str, Any]:
+    return {**data, "options": {**data["options"], "strategy": strategy}}
+
+
+def disk_over_bound(result: Plan, data: dict[str, Any]) -> float:
+    """The busiest node's disk use (of what was unclaimed) over the fleet's average: no
+    placement can put every node below the average."""
+    start = {n["id"]: n["unclaimed_storage_bytes"] for n in data["nodes"]}
+    placed = {node_id: 0 for node_id in start}
+    for node in result.nodes:
+        placed[node.id] = sum(index.required_storage_bytes for index in node.indices)
+    busiest = max(placed[i] / start[i] for i in start)
+    bound = sum(placed.values()) / sum(start.values())
+    return busiest / bound
+
+
+def report_strategies() -> None:
+    """Disk only (no budget): the busiest node over the lower bound, first fit against
+    balanced, on the 20-node Zipf fleet and on a 3-node fleet of 12 groups."""
+    print("## 3. The placement strategy, disk only (no memory budget)")
+    print()
+    print("| fleet | strategy | busiest node's disk / the fleet's average | failures |")
+    print("|---|---|---:|---:|")
+    zipf = zipf_fleet(0.5)
+    zipf = {**zipf, "options": {**zipf["options"], "memory": None}}
+    for name, data in (("20 nodes, Zipf", zipf), ("3 nodes, 12 groups", small_fleet())):
+        for strategy in ("first_fit", "balanced"):
+            result = plan(parse_scenario(with_strategy(data, strategy)), record_decisions=False)
+            print(
+                f"| {name} | {strategy} | {disk_over_bound(result, data):.2f}x "
+                f"| {len(result.failures)} |"
+            )
+    print()
+
+
+def small_fleet() -> dict[str, Any]:
+    """Three empty nodes of 1,000 GiB and 12 groups (a new user's first try)."""
+    rng = random.Random(12)
+    namespaces = []
+    for g in range(12):
+        projects = [
+            {
+                "project_namespace_id": 1000 + 10 * g + j,
+                "project_id": 5000 + 10 * g + j,
+                "repository_size": int(rng.lognormvariate(math.log(4 * GIB), 0.8)),
+            }
+            for j in range(rng.randint(1, 6))
+        ]
+        namespaces.append(
+            {
+                "enabled_namespace_id": g + 1,
+                "namespace_id": 100 + g,
+                "number_of_replicas": 1,
+                "existing_replicas": [],
+                "projects": projects,
+            }
+        )
+    nodes = [{"id": i + 1, "unclaimed_storage_bytes": 1000 * GIB} for i in range(3)]
+    return {"options": {"buffer_factor": 3}, "nodes": nodes, "namespaces": namespaces}
+
+
 def report_fleet() -> None:
     print(f"## 2. {FLEET_NODES} nodes, {FLEET_NAMESPACES} namespaces with Zipf (s={ZIPF_S}) sizes")
     print()
@@ -233,14 +303,14 @@ def report_fleet() -> None:
     print("|---|---:|---:|---|---:|---:|---:|---|---:|")
     for label, fill in (("tight (93%)", 0.93), ("loose (50%)", 0.5)):
         data = zipf_fleet(fill)
-        parsed = parse_scenario(data)
-        options = parsed.options.memory
+        options = parse_scenario(data).options.memory
         ceiling = options.ceiling(options.node_memory_budget_bytes)
         hottest = max(
             options.estimate(sum(p.repository_size for p in ns.projects))
-            for ns in parsed.namespaces
+            for ns in parse_scenario(data).namespaces
         )
-        for plan_label, aware in (("disk-only", False), ("memory-aware", True)):
+        for plan_label, aware, strategy in PLANS:
+            parsed = parse_scenario(with_strategy(data, strategy))
             result = plan(parsed, memory_aware=aware, record_decisions=False)
             bound = result.bounds["memory"]
             warnings: dict[str, int] = {}
@@ -273,6 +343,7 @@ def main() -> int:
         return 0
     report_seed_cluster(json.loads(SEED_SCENARIO.read_text()))
     report_fleet()
+    report_strategies()
     return 0
 
 

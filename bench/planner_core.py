@@ -187,6 +187,28 @@ def main() -> int:
             f"{', '.join(f'{k} {v}' for k, v in sorted(warnings.items())) or 'none'} "
             f"| {bound['max_utilization']:.3f} / {bound['lower_bound']:.3f} |"
         )
+
+    print()
+    print("The placement strategy (no decision records; the target: balanced within 1.5×):")
+    print()
+    print("| projects | dimension | first fit s | balanced s | ratio |")
+    print("|---:|---|---:|---:|---:|")
+    for count in args.projects:
+        data = synthetic_scenario(count)
+        for label, base in (("disk", data), ("memory", with_memory_budget(data, args.memory_fill))):
+            first, balanced = (
+                parse_scenario({**base, "options": {**base["options"], "strategy": strategy}})
+                for strategy in ("first_fit", "balanced")
+            )
+            (first_s, _), (balanced_s, _) = best_of_each(
+                args.runs,
+                lambda s=first: plan(s, record_decisions=False),
+                lambda s=balanced: plan(s, record_decisions=False),
+            )
+            print(
+                f"| {count:,} | {label} | {first_s:.3f} | {balanced_s:.3f} "
+                f"| {balanced_s / first_s:.2f}x |"
+            )
     return 0
 
 

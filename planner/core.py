@@ -72,6 +72,7 @@ from planner.plan import (
     bounds_entry,
 )
 from planner.scenario import (
+    BALANCED,
     CONCURRENCY_FACTOR,
     DISK,
     MEMORY,
@@ -170,6 +171,33 @@ class _FirstFit:
     def current(self, position: int) -> int:
         """The node's key now (the tree may hold a stale, higher one)."""
         return self.values[position]
+
+    def best(self, need: int) -> int | None:
+        """The candidate with the largest key now, if that key is at least ``need``
+        (the ``balanced`` strategy: the most room left); ties go to the earlier
+        position, the candidate order.
+
+        The same stale-high search: descend towards the larger child (the left
+        one on a tie); a leaf whose stored key is its live key is the true
+        maximum, since every other leaf stores at least its own live key; a
+        stale leaf is brought down to its live key and the search starts again.
+        """
+        tree = self.tree
+        size = self.size
+        current = self.current
+        while True:
+            if tree[1] < need:
+                return None
+            i = 1
+            while i < size:
+                i <<= 1
+                if tree[i] < tree[i + 1]:
+                    i += 1
+            position = i - size
+            actual = current(position)
+            if actual == tree[i]:
+                return position
+            self._set(position, actual)
 
     def find(self, need: int) -> int | None:
         tree = self.tree
@@ -291,6 +319,10 @@ class _Run:
         self.node_indices: list[list[PlannedIndex]] = [[] for _ in self.node_ids]
         self.first_fit = _FirstFit(self.disk)
         self.exhausted = _Exhausted(self.first_fit)
+        #: ``first_fit``: the first candidate with room (GitLab's); ``balanced``: the
+        #: candidate with the most room now, re-scored as the run consumes it.
+        self.balanced = scenario.options.strategy == BALANCED
+        self.pick = self.first_fit.best if self.balanced else self.first_fit.find
         self.cap = scenario.options.max_indices_per_replica
         self.factor = _factor_ratio(scenario.options.buffer_factor)
         self.plans: list[NamespacePlan] = []
@@ -299,7 +331,12 @@ class _Run:
         self.disk_history: list[tuple[list[int], list[int]]] = []
         if record_decisions:
             self.disk_history = [([-1], [value]) for value in self.disk]
-            self.log = DecisionLog(tuple(self.node_ids), self.decisions, {DISK: self.disk_history})
+            self.log = DecisionLog(
+                tuple(self.node_ids),
+                self.decisions,
+                {DISK: self.disk_history},
+                strategy=scenario.options.strategy,
+            )
         #: While a memory-aware namespace attempt runs: position → what to
         #: restore if the attempt is abandoned (see ``_rollback``).
         self.undo: dict[int, tuple[int, int | float, int, int]] | None = None
@@ -326,6 +363,7 @@ class _Run:
         ]
         self.memory_ratio = _factor_ratio(options.memory_ratio)
         self.fit_both = _FitBoth(self.disk, self.mem, self.factor, self.memory_ratio)
+        self.pick_both = self.fit_both.best if self.balanced else self.fit_both.find
         self.exhausted = _Exhausted(self.first_fit, self.fit_both)
         self.undo_decisions = 0
         #: The largest repository size placed in the run (for the bounds;
@@ -460,7 +498,7 @@ class _Run:
         """
         disk = self.disk
         write = self._write
-        find = self.first_fit.find
+        find = self.pick
         exhausted = self.exhausted
         cap = self.cap
         namespace_id = ns_plan.namespace_id
@@ -716,8 +754,8 @@ class _Run:
         Only what the hot path needs is bound to locals; the rest is looked
         up when a new index opens.
         """
-        find = self.first_fit.find
-        fit_both = self.fit_both.find
+        find = self.pick
+        fit_both = self.pick_both
         cap = self.cap
         num = self.factor[0]
         nonlinear = rsizes is not None
@@ -1065,7 +1103,7 @@ class _Run:
             # The node's own unclaimed memory is short (not only the ceiling).
             if cap_left > 0:
                 exhausted.flush()
-                position = self.fit_both.find(r)
+                position = self.pick_both(r)
                 if position is not None:
                     return (_OPEN, position, CAUSE_MEMORY_BUDGET)
                 if self._disk_only_choice(size) is not None:
@@ -1151,9 +1189,10 @@ class _Run:
         return (_OPEN, first, CAUSE_MEMORY_CEILING)
 
     def _disk_only_choice(self, size: int) -> int | None:
-        """The first candidate with the disk room that the namespace may still use."""
+        """The first (balanced: the roomiest) candidate with the disk room that the
+        namespace may still use."""
         self.exhausted.flush()
-        return self.first_fit.find(size)
+        return self.pick(size)
 
     def _warn(
         self,

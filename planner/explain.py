@@ -30,7 +30,7 @@ from planner.filters import (
     empty_replica_rejections,
 )
 from planner.plan import DecisionLog, NamespacePlan, Plan
-from planner.scenario import DISK, MEMORY
+from planner.scenario import BALANCED, DISK, MEMORY
 
 
 def explain(plan: Plan, *, namespace_id: int | None = None) -> list[dict[str, Any]]:
@@ -130,6 +130,23 @@ def _explain_decision(log: DecisionLog, sequence: int) -> dict[str, Any]:
                 # Usable, but the chosen node had more unclaimed storage (or
                 # as much and came first): "how good", not "can it".
                 not_best.append({"node_id": node_id, "available": available})
+    elif log.strategy == BALANCED:
+        # Every other candidate: why it could not take the index, or that it could
+        # but had a smaller share of its room left than the chosen one.
+        for position, node_id in enumerate(node_ids):
+            if position == chosen:
+                continue
+            available = log.available(sequence, position)
+            reasons = candidate_rejections(
+                node_id,
+                decision.requested,
+                available,
+                exhausted=position in decision.exhausted,
+            )
+            if reasons:
+                passed_over.append(_entry(node_id, reasons))
+            else:
+                not_best.append({"node_id": node_id, "available": available})
     else:
         considered = len(node_ids) if chosen is None else chosen
         for position in range(considered):
@@ -151,7 +168,7 @@ def _explain_decision(log: DecisionLog, sequence: int) -> dict[str, Any]:
         "available": None if chosen is None else log.available(sequence, chosen),
         "passed_over": passed_over,
     }
-    if decision.kind == EMPTY_REPLICA:
+    if decision.kind == EMPTY_REPLICA or (log.strategy == BALANCED and chosen is not None):
         out["not_best"] = not_best
     if decision.kind == MEMORY_OVERFLOW:
         out["usable"] = usable

@@ -33,8 +33,9 @@ written to a file and replayed without a database.
   (an integer when integral, else the float as is: the core takes a float at
   its shortest decimal form and rounds each project's bytes up, and JSON
   round-trips that form exactly, so a replay plans the same bytes);
-  ``max_indices_per_replica`` 10; ``memory``: ``node_memory_budget_bytes``
-  from the ``zoekt_node_memory_budget_bytes`` setting (``null``: memory
+  ``max_indices_per_replica`` 10; ``strategy`` from ``zoekt_placement_strategy``
+  (``balanced`` by default, ``first_fit`` for GitLab's choice); ``memory``:
+  ``node_memory_budget_bytes`` from the ``zoekt_node_memory_budget_bytes`` setting (``null``: memory
   planning off), ``memory_ratio`` from ``zoekt_memory_ratio`` and
   ``concurrency_factor`` the core's ``CONCURRENCY_FACTOR`` (a constant, not a
   setting).
@@ -144,6 +145,7 @@ class ScenarioLoader:
             "options": {
                 "buffer_factor": factor,
                 "max_indices_per_replica": self.max_indices_per_replica,
+                "strategy": settings.placement_strategy,
                 "memory": {
                     "node_memory_budget_bytes": configured,
                     "memory_ratio": ratio,

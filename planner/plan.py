@@ -261,6 +261,8 @@ class DecisionLog:
     #: Per dimension, per candidate position: the sequence numbers (decision
     #: count at the time) and values of every change, oldest first.
     history: dict[str, list[tuple[list[int], list[int]]]] = field(default_factory=dict)
+    #: ``options.strategy`` of the run: how the chosen node was chosen among the usable.
+    strategy: str = "first_fit"
 
     def available(self, sequence: int, position: int) -> dict[str, int | None]:
         """What the candidate at ``position`` had when decision ``sequence`` was made.

@@ -105,11 +105,18 @@ class MemoryOptions:
         return budget * den // num
 
 
+#: ``options.strategy``: GitLab's first fit (the contract's default), or balanced.
+FIRST_FIT = "first_fit"
+BALANCED = "balanced"
+STRATEGIES = (FIRST_FIT, BALANCED)
+
+
 @dataclass(frozen=True, slots=True)
 class Options:
     buffer_factor: int | float = DEFAULT_BUFFER_FACTOR
     max_indices_per_replica: int = DEFAULT_MAX_INDICES_PER_REPLICA
     memory: MemoryOptions = field(default_factory=MemoryOptions)
+    strategy: str = FIRST_FIT
 
     def scale(self, repository_size: int) -> int:
         """A project's planned bytes: ``repository_size × buffer_factor``, whole bytes.
@@ -307,7 +314,7 @@ def _parse_options(value: Any, path: str) -> Options:
     if value is None:
         return Options()
     obj = _object(value, path)
-    _known_keys(obj, path, ("buffer_factor", "max_indices_per_replica", "memory"))
+    _known_keys(obj, path, ("buffer_factor", "max_indices_per_replica", "memory", "strategy"))
     buffer_factor = DEFAULT_BUFFER_FACTOR
     if obj.get("buffer_factor") is not None:
         buffer_factor = _positive_number(obj["buffer_factor"], f"{path}.buffer_factor")
@@ -319,7 +326,19 @@ def _parse_options(value: Any, path: str) -> Options:
             obj["max_indices_per_replica"], f"{path}.max_indices_per_replica", minimum=1
         )
     memory = _parse_memory_options(obj.get("memory"), f"{path}.memory")
-    return Options(buffer_factor=buffer_factor, max_indices_per_replica=max_indices, memory=memory)
+    strategy = obj.get("strategy")
+    if strategy is None:
+        strategy = FIRST_FIT
+    elif strategy not in STRATEGIES:
+        raise ScenarioError(
+            f"{path}.strategy", f"must be one of {', '.join(STRATEGIES)}, got {_show(strategy)}"
+        )
+    return Options(
+        buffer_factor=buffer_factor,
+        max_indices_per_replica=max_indices,
+        memory=memory,
+        strategy=strategy,
+    )
 
 
 def _parse_memory_options(value: Any, path: str) -> MemoryOptions:

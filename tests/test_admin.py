@@ -538,6 +538,7 @@ def test_settings_changelist_goes_to_the_single_row(admin_client):
         "Search",
         "Rollout",
         "Memory",
+        "Placement",
         "Limits",
         "Lost nodes",
         "Record",

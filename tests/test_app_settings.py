@@ -54,6 +54,8 @@ GITLAB_DEFAULTS = {
     "move_max_per_target": 2,
     "move_max_in_cluster": 10,
     "memory_pressure_moves": False,
+    # Not GitLab's: the product spreads by default; "first_fit" is GitLab's choice.
+    "placement_strategy": "balanced",
     # Memory-aware planning (docs/memory.md): off until the budget is set.
     "memory_ratio": 0.5,
     "node_memory_budget_bytes": None,

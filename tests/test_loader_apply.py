@@ -85,6 +85,7 @@ def test_the_loader_builds_the_contract_scenario_from_the_database(now):
         "options": {
             "buffer_factor": 3,
             "max_indices_per_replica": 10,
+            "strategy": "balanced",
             # Memory planning is off until the budget setting is set (docs/memory.md).
             "memory": {
                 "node_memory_budget_bytes": None,

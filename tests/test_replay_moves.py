@@ -203,7 +203,8 @@ def test_a_two_node_resplit_moves_half_a_hot_index_with_no_dark_tick():
 def test_an_index_of_a_namespace_split_over_three_nodes_moves_with_no_dark_tick():
     checked: list[float] = []
     # Heartbeats every tick of 20 s: a node is online between ticks (the threshold is 30 s).
-    with make_replay(tick_seconds=20.0, indexing_bytes_per_second=256 * 1024) as replay:
+    # Slow indexing (64 KiB/s a task): the replacement builds over many ticks.
+    with make_replay(tick_seconds=20.0, indexing_bytes_per_second=64 * 1024) as replay:
         roots, projects = replay.catalog
         roots_list = list(roots)
         # Memory-aware from the start with a small budget: the hot namespace is split

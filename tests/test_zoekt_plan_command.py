@@ -368,11 +368,11 @@ def test_the_buffer_factor_is_rounded_in_the_report_and_exact_in_the_scenario(fl
     cache.set(buffer_factor.CACHE_KEY, {"value": 2.7182818}, 60)
     scenario_file = tmp_path / "scenario.json"
     out, _ = run("--export-scenario", str(scenario_file))
-    assert "batch size 32, buffer factor 2.72\n" in out
+    assert "batch size 32, buffer factor 2.72, placement balanced\n" in out
     assert "2.7182818" not in out
     assert json.loads(scenario_file.read_text())["options"]["buffer_factor"] == 2.7182818
     cache.set(buffer_factor.CACHE_KEY, {"value": 2.5}, 60)
-    assert "buffer factor 2.5\n" in run()[0]
+    assert "buffer factor 2.5, placement balanced\n" in run()[0]
 
 
 def test_memory_warnings_name_the_nodes_they_speak_of(now):

@@ -960,6 +960,7 @@ SETTINGS_FIELDSETS = (
             )
         },
     ),
+    ("Placement", {"fields": ("zoekt_placement_strategy",)}),
     (
         "Limits",
         {

@@ -103,6 +103,8 @@ class ZoektSettings:
     #: None (the default): memory planning is off and the plan is the disk-only plan.
     node_memory_budget_bytes: int | None = None
     memory_auto_calibration: bool = False
+    # Placement (docs/planner.md): balanced, the product's default, or GitLab's first fit.
+    placement_strategy: str = "balanced"
 
     @property
     def indexing_gate(self) -> Reason | None:
@@ -170,6 +172,7 @@ def from_row(row) -> ZoektSettings:
         memory_ratio=row.zoekt_memory_ratio,
         node_memory_budget_bytes=row.zoekt_node_memory_budget_bytes,
         memory_auto_calibration=row.zoekt_memory_auto_calibration,
+        placement_strategy=row.zoekt_placement_strategy,
     )
 
 

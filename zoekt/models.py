@@ -1133,6 +1133,18 @@ class ApplicationSetting(ClockStampedModel):
         "webserver RSS per repository byte of the online nodes, within 0.1 and 2.0. Does "
         "nothing while no node reports its webserver RSS.",
     )
+    zoekt_placement_strategy = models.CharField(
+        "Placement strategy",
+        max_length=16,
+        default="balanced",
+        choices=[
+            ("balanced", "Balanced: the candidate with the most room now"),
+            ("first_fit", "First fit: GitLab's, the first candidate with room"),
+        ],
+        help_text="How the rollout chooses among the nodes that can take a new index. "
+        "Balanced (the product's default) spreads the fleet; first fit is GitLab's choice, "
+        "which piles a small fleet onto one node.",
+    )
     updated_at = models.DateTimeField(default=clock.now, editable=False)
 
     class Meta:

@@ -273,7 +273,8 @@ def test_nodes_of_different_sizes_are_planned_against_their_own_budgets(now):
 
 
 def test_a_node_whose_own_budget_is_used_up_takes_no_more_although_it_has_disk(now):
-    set_setting(zoekt_node_memory_budget_bytes=10**9)
+    # GitLab's first fit: the first candidate takes what its memory allows.
+    set_setting(zoekt_node_memory_budget_bytes=10**9, zoekt_placement_strategy="first_fit")
     small = node(DISK, "small", limit=4_000)  # first candidate; room for 4 × 1,000
     big = node(DISK - 1, "big", limit=10**9)
     groups = [enabled_group(SIZE, SIZE) for _ in range(5)]  # 1,000 estimated each
@@ -292,7 +293,7 @@ def test_a_node_whose_own_budget_is_used_up_takes_no_more_although_it_has_disk(n
 
 
 def test_existing_indices_reserve_their_estimated_memory_on_their_node(now):
-    set_setting(zoekt_node_memory_budget_bytes=BUDGET)
+    set_setting(zoekt_node_memory_budget_bytes=BUDGET, zoekt_placement_strategy="first_fit")
     busy = node(DISK, "busy")
     idle = node(DISK - 1, "idle")
     placed(busy, 2_000, 1_000)  # ready: 1,500 estimated

@@ -186,7 +186,11 @@ class Command(BaseCommand):
         self.names = _node_names(plan)
         factor = scenario["options"]["buffer_factor"]
         head = "Rollout run" if applied else "Next rollout (preview: nothing is written)"
-        lines.append(f"{head}: batch size {batch_size}, buffer factor {_factor(factor)}")
+        strategy = scenario["options"].get("strategy", "first_fit")
+        lines.append(
+            f"{head}: batch size {batch_size}, buffer factor {_factor(factor)}, "
+            f"placement {strategy}"
+        )
         lines.append(_memory_line(scenario))
         deleted = result.replicas_without_indices_deleted
         verb = "removed" if applied else "to remove"
