@@ -117,6 +117,9 @@ def run_once(
         node_concurrency=NODE_CONCURRENCY,
     ) as replay:
         replay.settings(
+            # GitLab's placement (the product's default is balanced): the runs show
+            # the escalation's shape and what memory planning and a re-split change.
+            zoekt_placement_strategy="first_fit",
             zoekt_indexing_enabled=True,
             zoekt_search_enabled=True,
             zoekt_node_memory_budget_bytes=BUDGET if memory_aware else None,

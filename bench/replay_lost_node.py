@@ -95,7 +95,13 @@ def run_once(label: str, overrides: dict, args) -> tuple[object, dict]:
         tick_seconds=args.tick,
         seed=args.seed,
     ) as replay:
-        replay.settings(zoekt_indexing_enabled=True, zoekt_search_enabled=True, **overrides)
+        # GitLab's placement (the product's default is balanced), as when first measured.
+        replay.settings(
+            zoekt_placement_strategy="first_fit",
+            zoekt_indexing_enabled=True,
+            zoekt_search_enabled=True,
+            **overrides,
+        )
         replay.load_catalog(*catalog_rows(roots, projects))
         for name in NODES:
             replay.add_node(name, disk_total_bytes=400 * GIB)

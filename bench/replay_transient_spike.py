@@ -235,6 +235,9 @@ def run_once(scenario: Scenario, how: Mode, args):
         # retries a failed placement soon; GitLab.com's settings apply from the spike's hour.
         replay.settings(
             **{**GITLAB_COM, **FILL},
+            # GitLab's placement in every mode (the product's default is balanced), so
+            # the modes share one layout and differ only in eviction.
+            zoekt_placement_strategy="first_fit",
             zoekt_node_eviction_safeguards=how.safeguards,
             zoekt_eviction_order=how.order,
             zoekt_eviction_moves=how.moves,

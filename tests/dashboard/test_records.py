@@ -45,7 +45,11 @@ def test_a_dry_run_keeps_its_plan_summary_and_explanation(now):
     reason = failed["nodes"][0]["last"]["insufficient_unclaimed_storage"]
     assert reason["requested"] > reason["available"]
     ok = explained[fits.root_namespace_id]
-    assert [node["taken"] for node in ok["nodes"]] == [[[0, 0]]]
+    # Balanced (the product's default): the roomiest took it; the other two could have.
+    assert sorted(node["taken"] for node in ok["nodes"]) == [[], [], [[0, 0]]]
+    assert [node["passed_over"] for node in ok["nodes"] if not node["taken"]] == [
+        {"usable_not_chosen": 1}
+    ] * 2
 
 
 def test_a_rollout_without_decision_records_keeps_no_explanation(now):
