@@ -102,20 +102,7 @@ def _explain_decision(log: DecisionLog, sequence: int) -> dict[str, Any]:
     if decision.kind == MEMORY_OVERFLOW:
         # Every other candidate: why it could not take a new index of the
         # replica, or (a balanced split) that it could.
-        for position, node_id in enumerate(node_ids):
-            if position == chosen:
-                continue
-            available = log.available(sequence, position)
-            reasons = candidate_rejections(
-                node_id,
-                decision.requested,
-                available,
-                exhausted=position in decision.exhausted,
-            )
-            if reasons:
-                passed_over.append(_entry(node_id, reasons))
-            else:
-                usable.append({"node_id": node_id, "available": available})
+        _sort_others(log, sequence, passed_over, usable)
     elif decision.kind == EMPTY_REPLICA:
         for position, node_id in enumerate(node_ids):
             if position == chosen:
@@ -132,21 +119,8 @@ def _explain_decision(log: DecisionLog, sequence: int) -> dict[str, Any]:
                 not_best.append({"node_id": node_id, "available": available})
     elif log.strategy == BALANCED:
         # Every other candidate: why it could not take the index, or that it could
-        # but had a smaller share of its room left than the chosen one.
-        for position, node_id in enumerate(node_ids):
-            if position == chosen:
-                continue
-            available = log.available(sequence, position)
-            reasons = candidate_rejections(
-                node_id,
-                decision.requested,
-                available,
-                exhausted=position in decision.exhausted,
-            )
-            if reasons:
-                passed_over.append(_entry(node_id, reasons))
-            else:
-                not_best.append({"node_id": node_id, "available": available})
+        # but had less room left than the chosen one.
+        _sort_others(log, sequence, passed_over, not_best)
     else:
         considered = len(node_ids) if chosen is None else chosen
         for position in range(considered):
@@ -176,6 +150,28 @@ def _explain_decision(log: DecisionLog, sequence: int) -> dict[str, Any]:
         out["cause"] = decision.cause
         out["warning"] = decision.warning
     return out
+
+
+def _sort_others(
+    log: DecisionLog,
+    sequence: int,
+    passed_over: list[dict[str, Any]],
+    could: list[dict[str, Any]],
+) -> None:
+    """Every candidate but the chosen one: into ``passed_over`` with why it could not
+    take the index, or into ``could`` with what it had."""
+    decision = log.decisions[sequence]
+    for position, node_id in enumerate(log.node_ids):
+        if position == decision.node_position:
+            continue
+        available = log.available(sequence, position)
+        reasons = candidate_rejections(
+            node_id, decision.requested, available, exhausted=position in decision.exhausted
+        )
+        if reasons:
+            passed_over.append(_entry(node_id, reasons))
+        else:
+            could.append({"node_id": node_id, "available": available})
 
 
 def _entry(node_id: int, reasons: list[Rejection]) -> dict[str, Any]:

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import copy
-import math
-import random
 
 import pytest
 
+from bench import placement
 from planner.core import plan_dict
 from planner.scenario import ScenarioError, parse_scenario
 
@@ -15,32 +14,9 @@ GIB = 1024**3
 
 
 def small_fleet(strategy: str | None, seed: int = 12) -> dict:
-    """Three empty nodes of 1,000 GiB and 12 groups: a new user's first try."""
-    rng = random.Random(seed)
-    namespaces = []
-    for g in range(12):
-        projects = [
-            {
-                "project_namespace_id": 1000 + 10 * g + j,
-                "project_id": 5000 + 10 * g + j,
-                "repository_size": int(rng.lognormvariate(math.log(4 * GIB), 0.8)),
-            }
-            for j in range(rng.randint(1, 6))
-        ]
-        namespaces.append(
-            {
-                "enabled_namespace_id": g + 1,
-                "namespace_id": 100 + g,
-                "number_of_replicas": 1,
-                "existing_replicas": [],
-                "projects": projects,
-            }
-        )
-    options = {"buffer_factor": 3}
-    if strategy is not None:
-        options["strategy"] = strategy
-    nodes = [{"id": i + 1, "unclaimed_storage_bytes": 1000 * GIB} for i in range(3)]
-    return {"options": options, "nodes": nodes, "namespaces": namespaces}
+    """Three empty nodes of 1,000 GiB and 12 groups (``bench/placement.py``'s case)."""
+    data = placement.small_fleet(seed)
+    return data if strategy is None else placement.with_strategy(data, strategy)
 
 
 def claimed(result: dict) -> dict[int, int]:
