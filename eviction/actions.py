@@ -136,7 +136,7 @@ def run_node_level(*, now: datetime | None = None) -> dict[str, Any]:
         ]
     states = node_states(hot)
     if rules.safeguards:
-        leaving = moves.moving_bytes_by_source()
+        leaving = moves.live_bytes_by_node()
         states = [
             dataclasses.replace(s, used_bytes=max(s.used_bytes - leaving.get(s.id, 0), 0))
             for s in states

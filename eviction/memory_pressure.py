@@ -233,18 +233,13 @@ def run_memory_pressure(*, now: datetime | None = None) -> dict[str, Any]:
     rows = list(Node.objects.for_search().online(now))
     ids = [node.id for node in rows]
     estimates = memory.estimated_memory_by_node(ids, settings.memory_ratio)
-    live = list(
-        Move.objects.live().values_list(
-            "source_node_id", "target_node_id", "bytes", "details", "source_index_ref"
-        )
-    )
-    inbound: dict[int, list[int]] = {}
-    for _source, target, size, details, _ref in live:
+    inbound_bytes = moves.live_bytes_by_node("target_node_id")
+    moving_out = set(moves.live_bytes_by_node("source_node_id"))
+    inbound_estimates: dict[int, int] = {}
+    for target, details in Move.objects.live().values_list("target_node_id", "details"):
         if target is not None:
-            entry = inbound.setdefault(target, [0, 0])
-            entry[0] += size
-            entry[1] += int((details or {}).get("estimate_bytes", 0))
-    moving_out = {source for source, *_ in live if source is not None}
+            estimate = int((details or {}).get("estimate_bytes", 0))
+            inbound_estimates[target] = inbound_estimates.get(target, 0) + estimate
     nodes = []
     for node in rows:
         metadata = node.metadata or {}
@@ -266,8 +261,8 @@ def run_memory_pressure(*, now: datetime | None = None) -> dict[str, Any]:
                 cooling_until=node.eviction_cooldown_until,
                 total_bytes=node.total_bytes,
                 used_bytes=node.used_bytes,
-                inbound_bytes=inbound.get(node.id, [0, 0])[0],
-                inbound_estimate_bytes=inbound.get(node.id, [0, 0])[1],
+                inbound_bytes=inbound_bytes.get(node.id, 0),
+                inbound_estimate_bytes=inbound_estimates.get(node.id, 0),
                 moving_out=node.id in moving_out,
             )
         )

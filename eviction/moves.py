@@ -264,10 +264,7 @@ def choose_target(
         .exclude(id__in=holding)
         .filter(total_bytes__gt=0)
     )
-    inbound: dict[int, int] = {}
-    for node_id, size in Move.objects.live().values_list("target_node_id", "bytes"):
-        if node_id is not None:
-            inbound[node_id] = inbound.get(node_id, 0) + size
+    inbound = live_bytes_by_node("target_node_id")
     configured = settings.node_memory_budget_bytes
     room = _memory_room(index, candidates, settings) if configured is not None else None
     best: tuple[float, int, Node] | None = None
@@ -377,10 +374,11 @@ def _build(move: Move, index: Index, target: Node, now: datetime) -> None:
     )
 
 
-def moving_bytes_by_source() -> dict[int, int]:
-    """``{source node id: used bytes of its indices with a live move}`` (one query)."""
+def live_bytes_by_node(end: str = "source_node_id") -> dict[int, int]:
+    """``{node id: bytes of the live moves leaving it}`` (``end="target_node_id"``: heading
+    to it), in one query."""
     out: dict[int, int] = {}
-    for node_id, size in Move.objects.live().values_list("source_node_id", "bytes"):
+    for node_id, size in Move.objects.live().values_list(end, "bytes"):
         if node_id is not None:
             out[node_id] = out.get(node_id, 0) + size
     return out

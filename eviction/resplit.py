@@ -177,7 +177,7 @@ def plan_resplit(
         raise ResplitError(f"namespace {root_namespace_id} is not enabled")
     if Move.objects.live().filter(zoekt_enabled_namespace=enabled).exists():
         raise ResplitError("the namespace has a live move already; try again when it ends")
-    source = _source_index(enabled, index_id)
+    source = _source_index(enabled, index_id, settings.memory_ratio)
     pool_nodes = SelectionService(settings=settings, now=now).nodes()
     others = set(
         Index.objects.filter(zoekt_enabled_namespace=enabled)
@@ -279,7 +279,7 @@ def carved_repositories(index: Index, carve: Carve):
     return rows
 
 
-def _source_index(enabled: EnabledNamespace, index_id: int | None) -> Index:
+def _source_index(enabled: EnabledNamespace, index_id: int | None, ratio: float) -> Index:
     indices = Index.objects.filter(
         zoekt_enabled_namespace=enabled, state=Index.State.READY, zoekt_replica__isnull=False
     )
@@ -291,7 +291,6 @@ def _source_index(enabled: EnabledNamespace, index_id: int | None) -> Index:
     rows = list(indices.order_by("id"))
     if not rows:
         raise ResplitError("the namespace has no ready index")
-    ratio = app_settings.current().memory_ratio
     sizes = memory.repository_bytes_by_index([index.id for index in rows])
     return max(rows, key=lambda i: (memory.estimate_memory_bytes(sizes.get(i.id, 0), ratio), -i.id))
 

@@ -239,18 +239,13 @@ def search_targets_many(
     return answers
 
 
-def why_not_covered(spans: Sequence[Span], searchable: set[int]) -> Reason | None:
-    """None when the spans on searchable nodes cover every project, else the reason."""
-    if cover([span for span in spans if span.node_id in searchable]) is not None:
-        return None
-    return Reason.NO_READY_REPLICA if cover(spans) is None else Reason.NO_SEARCHABLE_REPLICA
-
-
 def _answer(root_id: int, indices: list[Index], searchable: set[int]) -> SearchTargets:
-    spans = {index.id: Span.of(index) for index in indices}
-    pieces = cover([span for span in spans.values() if span.node_id in searchable])
+    spans = [Span.of(index) for index in indices]
+    pieces = cover([span for span in spans if span.node_id in searchable])
     if pieces is None:
-        return SearchTargets(root_id, reason=why_not_covered(list(spans.values()), searchable))
+        # Not covered on searchable nodes: by ready indices at all, or only elsewhere.
+        reason = Reason.NO_READY_REPLICA if cover(spans) is None else Reason.NO_SEARCHABLE_REPLICA
+        return SearchTargets(root_id, reason=reason)
     by_id = {index.id: index for index in indices}
     targets = []
     for piece in sorted(pieces, key=lambda p: (p.span.node_id, p.span.index_id)):

@@ -89,7 +89,8 @@ def fetch_indices_for_indexing(
     for index in indices:
         by_replica.setdefault(index.zoekt_replica_id, []).append(index)
     targets: list[Index] = []
-    position: list[int | None] = []  # the project's project-namespace id, read once if needed
+    unread = object()
+    project_namespace_id = unread  # read once, and only for a replica split by range
     for replica_indices in by_replica.values():
         existing = [i for i in replica_indices if i.id in with_rows]
         if existing:
@@ -99,13 +100,13 @@ def fetch_indices_for_indexing(
             continue
         candidates = [i for i in replica_indices if i.state not in Index.SHOULD_BE_DELETED_STATES]
         if any(i.project_namespace_id_range is not None for i in candidates):
-            if not position:
-                position.append(
+            if project_namespace_id is unread:
+                project_namespace_id = (
                     Project.objects.filter(id=project_id)
                     .values_list("project_namespace_id", flat=True)
                     .first()
                 )
-            holding = [i for i in candidates if i.holds_project_namespace(position[0])]
+            holding = [i for i in candidates if i.holds_project_namespace(project_namespace_id)]
             candidates = holding or candidates
         if candidates:
             # Largest free bytes; the oldest index wins a tie.
