@@ -10,7 +10,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install run demo test screenshots lint format bench fuzz replays clean
+.PHONY: install run demo test screenshots lint format bench fuzz faults replays clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,10 +39,21 @@ screenshots: install
 bench: install
 	$(BIN)/python -m zoekt.devservers exec -- $(BIN)/python bench/heartbeat.py $(BENCH_ARGS)
 
-# Generated requests, 2,500 per endpoint (10,000 in all; a few minutes); the counts
-# it prints go to docs/reliability.md. CI runs 150 per endpoint.
+# Generated requests: hypothesis, 2,500 per endpoint (10,000 in all), and schemathesis from
+# the OpenAPI schema, 300 per operation; the counts they print go to docs/reliability.md.
+# CI runs 150 per endpoint and 5 per operation.
 fuzz: install
-	ZOEKT_FUZZ_EXAMPLES=2500 $(BIN)/python -m zoekt.devservers test -- tests/api/test_fuzz.py -s -q
+	ZOEKT_FUZZ_EXAMPLES=2500 ZOEKT_SCHEMA_EXAMPLES=300 $(BIN)/python -m zoekt.devservers test -- tests/api/test_fuzz.py tests/api/test_schemathesis.py -s -q
+
+# Faults on the whole stack (its own PostgreSQL and Redis): worker SIGKILLs, outages and
+# 1,000 nodes of load; about an hour together. Figures go to docs/reliability.md.
+faults: install
+	$(BIN)/python bench/faults.py kill
+	$(BIN)/python bench/faults.py outage --service postgres --seconds 20
+	$(BIN)/python bench/faults.py outage --service postgres --seconds 120
+	$(BIN)/python bench/faults.py outage --service redis --seconds 20
+	$(BIN)/python bench/faults.py outage --service redis --seconds 120
+	$(BIN)/python bench/faults.py load
 
 # The replays (about 40 minutes together): tables on stdout, charts in docs/replays/.
 replays: install

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views import defaults
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
@@ -123,3 +125,15 @@ def exception_handler(exc: Exception, context: dict) -> Response | None:
 def _is_node_api(context: dict) -> bool:
     view = context.get("view")
     return bool(getattr(view, "node_api", False))
+
+
+#: What a path that no route matches says under /api/ (an id that is not of its type).
+NO_ROUTE = "No such endpoint: a path parameter is not of its type, or the path is unknown."
+
+
+def not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """Django's 404 for a URL no route matches (``handler404``): under ``/api/`` the
+    JSON error shape naming ``path``, as every API answer; the HTML page elsewhere."""
+    if request.path.startswith("/api/"):
+        return JsonResponse(error_body({"path": [NO_ROUTE]}), status=status.HTTP_404_NOT_FOUND)
+    return defaults.page_not_found(request, exception)

@@ -15,7 +15,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from api.errors import flatten_errors
-from api.serializers import MAX_BIGINT, StrictSerializer
+from api.serializers import MAX_BIGINT, MAX_BYTES, StrictSerializer
 from zoekt.models import Namespace, ProjectFeature
 from zoekt.operator_actions import known_repository_storages
 
@@ -240,8 +240,8 @@ class CatalogProjectStatisticsSerializer(StrictSerializer):
     """A row of GitLab's `project_statistics` table."""
 
     project_id = _id()
-    repository_size = StrictIntegerField(min_value=0, max_value=MAX_BIGINT)
-    storage_size = StrictIntegerField(min_value=0, max_value=MAX_BIGINT)
+    repository_size = StrictIntegerField(min_value=0, max_value=MAX_BYTES)
+    storage_size = StrictIntegerField(min_value=0, max_value=MAX_BYTES)
 
 
 class CatalogBulkUpsertSerializer(StrictSerializer):

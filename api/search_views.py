@@ -90,6 +90,7 @@ class SearchTargetsView(APIView):
             200: SearchTargetsSerializer,
             401: OpenApiResponse(description="No credentials, or a bad token"),
             403: OpenApiResponse(description="A user who is not staff"),
+            404: OpenApiResponse(description="A namespace id that is not an integer"),
             503: OpenApiResponse(description="PostgreSQL unavailable; Retry-After says when"),
         },
         examples=[

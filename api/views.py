@@ -89,6 +89,7 @@ UUID_PARAMETER = OpenApiParameter(
 #: What every node endpoint may answer besides its own codes.
 COMMON_RESPONSES = {
     401: OpenApiResponse(description="A missing or bad Gitlab-Shell-Api-Request token"),
+    404: OpenApiResponse(description="A path that is not a node endpoint"),
     411: OpenApiResponse(description="A chunked body: send it with Content-Length"),
     413: OpenApiResponse(description="A body over the size cap"),
     503: OpenApiResponse(

@@ -305,7 +305,8 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_server(env: dict, port: int, workers: int) -> subprocess.Popen:
+def start_server(env: dict, port: int, workers: int, log: Path | None = None) -> subprocess.Popen:
+    output = None if log is None else log.open("w")
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -321,6 +322,8 @@ def start_server(env: dict, port: int, workers: int) -> subprocess.Popen:
         ],
         cwd=ROOT,
         env=env,
+        stdout=output,
+        stderr=output,
         start_new_session=True,
     )
     deadline = time.time() + 60

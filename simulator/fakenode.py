@@ -279,6 +279,11 @@ def encode_node_token(secret: str, *, now: float | None = None) -> str:
     )
 
 
+def _ms_since(started: float) -> float:
+    """Milliseconds since the monotonic time ``started``, rounded for the log."""
+    return round((time.monotonic() - started) * 1000, 2)
+
+
 def _delay_range(delay: float | tuple[float, float]) -> tuple[float, float]:
     if isinstance(delay, tuple | list):
         low, high = delay
@@ -730,13 +735,14 @@ class FakeNode:
             status, reply = self._post("heartbeat", body)
         except TransportError as exc:
             outcome = HeartbeatOutcome(status=None, reply=None, error=str(exc))
-            self._emit("heartbeat_error", error=outcome.error)
+            self._emit("heartbeat_error", error=outcome.error, latency_ms=_ms_since(sent_at))
             return outcome
+        latency_ms = _ms_since(sent_at)
         self.heartbeats += 1
         if status != 200 or not isinstance(reply, dict):
             error = reply.get("error") if isinstance(reply, dict) else str(reply)[:200]
             outcome = HeartbeatOutcome(status=status, reply=reply, error=error)
-            self._emit("heartbeat_error", status=status, error=error)
+            self._emit("heartbeat_error", status=status, error=error, latency_ms=latency_ms)
             return outcome
         outcome = self.handle_reply(reply, sent_at=sent_at)
         outcome.status = status
@@ -756,6 +762,7 @@ class FakeNode:
             repos_held=len(self.repos),
             disk_indexed=body["disk.indexed"],
             disk_used=body["disk.used"],
+            latency_ms=latency_ms,
         )
         return outcome
 
@@ -906,6 +913,7 @@ class FakeNode:
         outcome = CallbackOutcome(
             task_id=job.task_id, name=body["name"], success=body["success"], status=None, body=body
         )
+        sent_at = time.monotonic()
         try:
             status, reply = self._post("callback", body)
             outcome.status = status
@@ -938,6 +946,7 @@ class FakeNode:
             size_in_bytes=stats.get("size_in_bytes"),
             error=outcome.error,
             will_retry=retry,
+            latency_ms=_ms_since(sent_at),
         )
         return outcome
 

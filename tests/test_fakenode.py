@@ -9,6 +9,7 @@ cannot drift from what the control plane accepts.
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 import uuid
@@ -1155,3 +1156,21 @@ def test_a_ramped_spike_grows_on_the_disk_then_clears_at_once(make_node):
     assert node.disk_used_bytes() == 600
     clock.t = 7 * 3600
     assert node.disk_used_bytes() == 0
+
+
+def test_each_request_logs_how_long_the_server_took_to_answer(make_node, stub):
+    logged: list[dict] = []
+    node = make_node(index_size=lambda _: 5000, log=logged.append)
+    stub.replies = [reply(index_task(1, 10))]
+    node.step()
+    # A server that does not answer: the error is timed too.
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        closed = sock.getsockname()[1]
+    down = make_node(base_url=f"http://127.0.0.1:{closed}", name="zoekt-1", log=logged.append)
+    down.heartbeat()
+    timed = [r for r in logged if r["event"] in {"heartbeat", "callback", "heartbeat_error"}]
+    assert sorted({r["event"] for r in timed}) == ["callback", "heartbeat", "heartbeat_error"]
+    for record in timed:
+        assert isinstance(record["latency_ms"], float), record
+        assert 0 <= record["latency_ms"] < 10_000, record

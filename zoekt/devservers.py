@@ -168,8 +168,16 @@ def embedded_redis() -> Iterator[str]:
                 proc.kill()
 
 
-def _start_redis(binary: Path, directory: Path, sock: Path) -> subprocess.Popen:
-    """Start redis-server on ``sock`` and wait until it answers PING."""
+def _start_redis(
+    binary: Path, directory: Path, sock: Path, *, append_only: bool = False
+) -> subprocess.Popen:
+    """Start redis-server on ``sock`` and wait until it answers PING.
+
+    ``append_only`` keeps an append-only file in ``directory``, synced every
+    second (as ``docker-compose.yml``'s Redis does), so a restart keeps the
+    queue; the embedded server of ``make run`` keeps nothing.
+    """
+    persistence = ["--appendonly", "yes", "--appendfsync", "everysec"] if append_only else []
     proc = subprocess.Popen(
         [
             str(binary),
@@ -183,8 +191,7 @@ def _start_redis(binary: Path, directory: Path, sock: Path) -> subprocess.Popen:
             str(directory),
             "--save",
             "",
-            "--appendonly",
-            "no",
+            *(persistence or ["--appendonly", "no"]),
             "--daemonize",
             "no",
             "--loglevel",

@@ -20,3 +20,6 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("", include("api.urls")),
 ]
+
+# A path no route matches (an id that is not an integer, say): JSON under /api/.
+handler404 = "api.errors.not_found"

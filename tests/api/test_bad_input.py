@@ -34,6 +34,9 @@ from zoekt.models import Task
 pytestmark = pytest.mark.django_db
 
 BIG = 2**63  # one more than the largest bigint
+#: One byte more than a node may report (``api.serializers.MAX_BYTES``, 1 PiB): a bigint,
+#: but one whose sums overflowed (``disk.indexed`` near 2**63 gave a 500 once).
+OVER_MAX_BYTES = 2**50 + 1
 TOKEN_HEADER = "Gitlab-Shell-Api-Request"
 
 
@@ -280,6 +283,18 @@ CASES = [
         id="disk.indexed-over-bigint",
     ),
     pytest.param(
+        Case("heartbeat", ("disk.indexed",), hb({"disk.indexed": 2**63 - 2})),
+        id="disk.indexed-a-bigint-whose-usable-storage-overflows",
+    ),
+    pytest.param(
+        Case(
+            "heartbeat",
+            ("disk.all", "disk.used"),
+            hb({"disk.all": OVER_MAX_BYTES, "disk.used": OVER_MAX_BYTES}),
+        ),
+        id="disk-over-a-pebibyte",
+    ),
+    pytest.param(
         Case(
             "heartbeat",
             ("process_health.webserver.memory_limit_bytes",),
@@ -415,6 +430,14 @@ CASES = [
             cb(additional_payload={"repo_stats": {"size_in_bytes": BIG}}),
         ),
         id="size_in_bytes-over-bigint",
+    ),
+    pytest.param(
+        Case(
+            "callback",
+            ("additional_payload.repo_stats.size_in_bytes",),
+            cb(additional_payload={"repo_stats": {"size_in_bytes": OVER_MAX_BYTES}}),
+        ),
+        id="size_in_bytes-over-a-pebibyte",
     ),
     pytest.param(
         Case(

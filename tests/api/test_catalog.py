@@ -396,6 +396,9 @@ BAD_BATCHES = [
     pytest.param(setting("project_statistics", 0, "repository_size", -1),
                  "project_statistics[0].repository_size", "greater than or equal to 0",
                  id="negative-size"),
+    pytest.param(setting("project_statistics", 0, "repository_size", 2**50 + 1),
+                 "project_statistics[0].repository_size", "less than or equal to",
+                 id="size-over-a-pebibyte"),
     pytest.param(setting("project_statistics", 0, "storage_size", 1.5),
                  "project_statistics[0].storage_size", "valid integer", id="fractional-size"),
     # --- duplicates and self references

@@ -382,7 +382,17 @@ def test_raising_max_restarts_brings_a_restarting_node_back(admin_client, enable
 
 @pytest.mark.parametrize("namespace_id", ["abc", "-1", "1.5"])
 def test_a_namespace_id_that_is_not_a_whole_number_is_404(admin_client, namespace_id):
-    assert admin_client.get(targets_url(namespace_id)).status_code == 404
+    response = admin_client.get(targets_url(namespace_id))
+    assert response.status_code == 404
+    # The JSON error shape of every API answer, naming the path; not Django's HTML page.
+    assert response["Content-Type"] == "application/json"
+    assert set(response.json()["errors"]) == {"path"}
+
+
+def test_a_page_that_is_not_under_the_api_keeps_the_html_404(admin_client):
+    response = admin_client.get("/no-such-page/")
+    assert response.status_code == 404
+    assert response["Content-Type"].startswith("text/html")
 
 
 def test_the_reply_does_not_write(admin_client, enabled):
