@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 #: The packages the rules cover.
-PACKAGES = ("zoekt", "planner", "eviction", "api", "dashboard", "simulator")
+PACKAGES = ("zoekt", "planner", "eviction", "api", "gitlab_sync", "dashboard", "simulator")
 
 #: What each package may import besides itself (``../shared/DESIGN.md``'s arrows):
 #: api → zoekt ← planner ← eviction; the dashboard reads the product; the simulator
@@ -28,14 +28,16 @@ ALLOWED: Mapping[str, frozenset[str]] = {
     "planner": frozenset({"zoekt"}),
     "eviction": frozenset({"zoekt", "planner"}),
     "api": frozenset({"zoekt"}),
-    "dashboard": frozenset({"zoekt", "planner", "eviction", "api"}),
-    "simulator": frozenset({"zoekt", "planner", "eviction", "api", "dashboard"}),
+    # Following GitLab: it writes the catalog through zoekt's path, answers in api's shape.
+    "gitlab_sync": frozenset({"zoekt", "api"}),
+    "dashboard": frozenset({"zoekt", "planner", "eviction", "api", "gitlab_sync"}),
+    "simulator": frozenset({"zoekt", "planner", "eviction", "api", "gitlab_sync", "dashboard"}),
 }
 
 #: The project's wiring in ``zoekt/``: it connects the apps, so it may import
 #: any of the product's packages (never the simulator).
 WIRING = frozenset({"zoekt.settings", "zoekt.urls", "zoekt.wsgi", "zoekt.celery"})
-WIRING_ALLOWED = frozenset({"zoekt", "planner", "eviction", "api", "dashboard"})
+WIRING_ALLOWED = frozenset({"zoekt", "planner", "eviction", "api", "gitlab_sync", "dashboard"})
 
 
 @dataclasses.dataclass(frozen=True, order=True)

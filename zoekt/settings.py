@@ -129,6 +129,8 @@ INSTALLED_APPS = [
     "planner",
     "eviction",
     "api",
+    # Following a real GitLab: the REST sweep (docs/gitlab.md).
+    "gitlab_sync",
     # The read side, then the demo's commands (nothing in the product imports either).
     "dashboard",
     "simulator",
@@ -275,6 +277,16 @@ try:
     )
 except ValueError as exc:
     raise ImproperlyConfigured(f"ZOEKT_GITALY_STORAGES is not valid JSON: {exc}") from exc
+
+# Following a real GitLab (docs/gitlab.md): its base URL and a file holding an admin
+# token with read_api; the sweep's request timeout; and the largest share of the
+# catalog's projects or namespaces one sweep may remove without --allow-mass-removal.
+ZOEKT_GITLAB_URL = env_str("ZOEKT_GITLAB_URL") or None
+ZOEKT_GITLAB_TOKEN_FILE = env_str("ZOEKT_GITLAB_TOKEN_FILE") or None
+ZOEKT_GITLAB_TIMEOUT_SECONDS = float(os.environ.get("ZOEKT_GITLAB_TIMEOUT_SECONDS", "30"))
+ZOEKT_GITLAB_MAX_REMOVAL_FRACTION = float(
+    os.environ.get("ZOEKT_GITLAB_MAX_REMOVAL_FRACTION", "0.1")
+)
 
 # /metrics is open unless this is set; then a scrape must send "Authorization: Bearer <token>".
 ZOEKT_METRICS_TOKEN = env_str("ZOEKT_METRICS_TOKEN") or None
