@@ -104,11 +104,11 @@ def exception_handler(exc: Exception, context: dict) -> Response | None:
     elif isinstance(exc, exceptions.UnsupportedMediaType):
         errors = {"content_type": [str(exc.detail)]}
     elif isinstance(exc, exceptions.NotAuthenticated | exceptions.AuthenticationFailed):
-        errors = (
-            {"Gitlab-Shell-Api-Request": [str(exc.detail)]}
-            if _is_node_api(context)
-            else {"authorization": [str(exc.detail)]}
+        # The header at fault: a view may name its own (the system hook's X-Gitlab-Token).
+        field = getattr(context.get("view"), "auth_error_field", None) or (
+            "Gitlab-Shell-Api-Request" if _is_node_api(context) else "authorization"
         )
+        errors = {field: [str(exc.detail)]}
     elif isinstance(exc, PayloadTooLarge | LengthRequired):
         errors = {"body": [str(exc.detail)]}
     else:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from gitlab_sync.models import Sweep
+from gitlab_sync.models import HookEvent, Sweep
 
 
 @admin.register(Sweep)
@@ -42,6 +42,34 @@ class SweepAdmin(admin.ModelAdmin):
     @admin.display(description="requests")
     def requests(self, obj: Sweep):
         return obj.counts.get("requests", 0)
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+
+@admin.register(HookEvent)
+class HookEventAdmin(admin.ModelAdmin):
+    """The system hooks received: pending ones are the backlog, failed ones gave up."""
+
+    list_display = (
+        "id",
+        "received_at",
+        "event_name",
+        "object_id",
+        "state",
+        "outcome",
+        "attempts",
+        "process_after",
+        "processed_at",
+        "error",
+    )
+    list_filter = ("state", "event_name", "outcome")
+    search_fields = ("event_uuid", "error")
+    ordering = ("-id",)
+    readonly_fields = [f.name for f in HookEvent._meta.fields]
 
     def has_add_permission(self, request) -> bool:
         return False

@@ -7,3 +7,8 @@ class GitlabSyncConfig(AppConfig):
     name = "gitlab_sync"
     verbose_name = "GitLab"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        # The hook job is enqueued by name after a hook commits, and beat names it: its
+        # module is imported in every process, so the name is registered outside a worker.
+        from gitlab_sync import tasks  # noqa: F401

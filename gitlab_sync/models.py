@@ -81,3 +81,50 @@ class Seen(models.Model):
 
     def __str__(self) -> str:
         return f"{self.get_kind_display()} {self.object_id} seen by sweep {self.sweep_id}"
+
+
+class HookEvent(models.Model):
+    """A system hook GitLab sent (``zoekt_gitlab_hook_events``), kept until a worker has
+    refetched the object it names. ``event_uuid`` (``X-Gitlab-Event-UUID``, else
+    ``Idempotency-Key``) is unique: a redelivered hook is stored once."""
+
+    class State(models.TextChoices):
+        PENDING = "pending"
+        DONE = "done"
+        FAILED = "failed"
+
+    id = models.BigAutoField(primary_key=True)
+    event_uuid = models.CharField(max_length=128, null=True, blank=True)  # noqa: DJ001
+    event_name = models.CharField(max_length=64)
+    #: The id of the project or group the event names.
+    object_id = models.BigIntegerField()
+    payload = models.JSONField(default=dict)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING)
+    received_at = models.DateTimeField()
+    #: Not before (a push's statistics are refetched after a debounce).
+    process_after = models.DateTimeField()
+    processed_at = models.DateTimeField(null=True, blank=True)
+    attempts = models.IntegerField(default=0)
+    outcome = models.CharField(max_length=64, blank=True, default="")
+    error = models.TextField(blank=True, default="")
+
+    class Meta:
+        db_table = "zoekt_gitlab_hook_events"
+        ordering = ["-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["event_uuid"],
+                condition=Q(event_uuid__isnull=False),
+                name="zoekt_gitlab_hook_event_once",
+            )
+        ]
+        indexes = [
+            models.Index(
+                fields=["state", "process_after"],
+                condition=Q(state="pending"),
+                name="zoekt_gitlab_hooks_pending",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.event_name} {self.object_id} ({self.state})"

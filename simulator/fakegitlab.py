@@ -8,6 +8,7 @@ REST API is documented to (``../shared/reference/gitlab-integration.md``):
 * ``GET /api/v4/groups`` (``top_level_only``, offset pagination), ``GET
   /api/v4/groups/:id`` and ``GET /api/v4/groups/:id/descendant_groups``;
 * ``GET /api/v4/namespaces``: user and group namespaces (``kind``), offset pagination;
+  ``GET /api/v4/namespaces/:id``;
 * ``GET /api/v4/projects`` with ``pagination=keyset&order_by=id&sort=asc`` (the next page
   in the ``Link`` header with ``id_after``; none on the last page), ``statistics=true``;
   ``GET /api/v4/projects/:id``.
@@ -251,6 +252,11 @@ class FakeGitLab:
                 below = self._descendants(root)
                 items = [self.group_entity(self.groups[g]) for g in sorted(below)]
                 return self._offset(environ, path, query, items)
+            if len(parts) == 2 and parts[0] == "namespaces" and parts[1].isdigit():
+                nid = int(parts[1])
+                if nid not in self.groups and nid not in self.users:
+                    return "404 Not Found", [], {"message": "404 Namespace Not Found"}
+                return "200 OK", [], self.namespace_entity(nid)
             if parts == ["namespaces"]:
                 ids = sorted([*self.users, *self.groups])
                 return self._offset(environ, path, query, [self.namespace_entity(i) for i in ids])

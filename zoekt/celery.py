@@ -21,7 +21,9 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "zoekt.settings")
 
 app = Celery("zoekt")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks(["zoekt", "zoekt.scheduling", "planner", "eviction", "dashboard"])
+app.autodiscover_tasks(
+    ["zoekt", "zoekt.scheduling", "planner", "eviction", "gitlab_sync", "dashboard"]
+)
 
 # Every job run is timed for /metrics (zoekt.jobmetrics).
 task_prerun.connect(jobmetrics.on_prerun, weak=False)
@@ -58,6 +60,12 @@ BEAT_SCHEDULE = {
         "task": "zoekt.rollout",
         "schedule": 600.0,
         "options": {"expires": 600},
+    },
+    # System hooks whose enqueue was lost, and pushes past their debounce (docs/gitlab.md).
+    "gitlab-process-hooks": {
+        "task": "gitlab_sync.process_hooks",
+        "schedule": 60.0,
+        "options": {"expires": 60},
     },
 }
 BEAT_SCHEDULE.update(SCHEDULING_BEAT)

@@ -244,24 +244,22 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
 # names one or more files (comma-separated), one secret each, trailing newline
 # stripped: several are accepted at once so a secret can be rotated without
 # downtime; the first is the one this project's own fake nodes sign with.
-def _read_shell_secrets() -> list[str]:
+def _read_secret_files(name: str) -> list[str]:
     secrets_found = []
-    for path in env_list("GITLAB_SHELL_SECRET_FILE"):
+    for path in env_list(name):
         try:
             value = Path(path).read_text().rstrip("\r\n")
         except OSError as exc:
-            raise ImproperlyConfigured(
-                f"GITLAB_SHELL_SECRET_FILE: cannot read {path!r}: {exc}"
-            ) from exc
+            raise ImproperlyConfigured(f"{name}: cannot read {path!r}: {exc}") from exc
         if not value:
-            raise ImproperlyConfigured(f"GITLAB_SHELL_SECRET_FILE: {path!r} is empty")
+            raise ImproperlyConfigured(f"{name}: {path!r} is empty")
         secrets_found.append(value)
     return secrets_found
 
 
 # The web server refuses to start without one (zoekt.wsgi and the system
 # check api.E001); workers and one-off commands do not need it.
-GITLAB_SHELL_SECRETS = _read_shell_secrets()
+GITLAB_SHELL_SECRETS = _read_secret_files("GITLAB_SHELL_SECRET_FILE")
 # The longest a node token may live (exp - iat); a leaked token expires by then.
 ZOEKT_NODE_TOKEN_MAX_LIFETIME_SECONDS = int(
     os.environ.get("ZOEKT_NODE_TOKEN_MAX_LIFETIME_SECONDS", "3600")
@@ -286,6 +284,13 @@ ZOEKT_GITLAB_TOKEN_FILE = env_str("ZOEKT_GITLAB_TOKEN_FILE") or None
 ZOEKT_GITLAB_TIMEOUT_SECONDS = float(os.environ.get("ZOEKT_GITLAB_TIMEOUT_SECONDS", "30"))
 ZOEKT_GITLAB_MAX_REMOVAL_FRACTION = float(
     os.environ.get("ZOEKT_GITLAB_MAX_REMOVAL_FRACTION", "0.1")
+)
+# The system hook's secret token(s), as X-Gitlab-Token sends it: one file each, several
+# for rotation (comma-separated). Unset, the hook endpoint answers 404.
+ZOEKT_GITLAB_HOOK_SECRETS = _read_secret_files("ZOEKT_GITLAB_HOOK_SECRET_FILE")
+# How long after a push its statistics are refetched (GitLab computes them afterwards).
+ZOEKT_GITLAB_PUSH_DEBOUNCE_SECONDS = int(
+    os.environ.get("ZOEKT_GITLAB_PUSH_DEBOUNCE_SECONDS", "120")
 )
 
 # /metrics is open unless this is set; then a scrape must send "Authorization: Bearer <token>".

@@ -19,6 +19,7 @@ urlpatterns = [
     path("-/health", views.health, name="health"),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("", include("api.urls")),
+    path("", include("gitlab_sync.urls")),
 ]
 
 # A path no route matches (an id that is not an integer, say): JSON under /api/.

@@ -1,0 +1,176 @@
+"""System hooks: the receiver (token, duplicates, bad bodies) and the refetch of what
+each event names, against the fake GitLab over HTTP."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+
+from gitlab_sync import hooks, sweep
+from gitlab_sync.models import HookEvent
+from simulator.fakegitlab import FakeGitLab, serve
+from tests.gitlab_sync.test_sweep import TOKEN, catalog, config, expected, fleet_of
+from zoekt import clock
+from zoekt.models import Project
+
+pytestmark = pytest.mark.django_db
+
+URL = "/api/v1/gitlab/system_hook"
+SECRET = "hook-secret"
+
+
+@pytest.fixture(autouse=True)
+def hook_secrets(settings):
+    settings.ZOEKT_GITLAB_HOOK_SECRETS = ["old-secret", SECRET]
+
+
+@pytest.fixture
+def gitlab():
+    return FakeGitLab(TOKEN)
+
+
+@pytest.fixture
+def url(gitlab):
+    with serve(gitlab) as base:
+        yield base
+
+
+def post(client, body, *, token=SECRET, uuid=None, raw=None):
+    headers = {"X-Gitlab-Event": "System Hook"}
+    if token is not None:
+        headers["X-Gitlab-Token"] = token
+    if uuid is not None:
+        headers["X-Gitlab-Event-UUID"] = uuid
+    data = raw if raw is not None else json.dumps(body)
+    return client.post(URL, data=data, content_type="application/json", headers=headers)
+
+
+def process(url: str):
+    return hooks.process(sweep.client(config(url)), now=clock.now() + timedelta(hours=1))
+
+
+@pytest.mark.parametrize("token", [None, "", "wrong", SECRET + "x"])
+def test_a_missing_or_wrong_token_is_401_and_stores_nothing(client, token):
+    response = post(client, {"event_name": "project_create", "project_id": 1}, token=token)
+    assert response.status_code == 401
+    assert set(response.json()["errors"]) == {"X-Gitlab-Token"}
+    assert HookEvent.objects.count() == 0
+
+
+def test_both_secrets_of_a_rotation_are_accepted(client):
+    for i, token in enumerate(["old-secret", SECRET]):
+        body = {"event_name": "project_create", "project_id": 10 + i}
+        assert post(client, body, token=token).status_code == 204
+    assert HookEvent.objects.count() == 2
+
+
+def test_without_a_secret_configured_the_endpoint_is_404(client, settings):
+    settings.ZOEKT_GITLAB_HOOK_SECRETS = []
+    response = post(client, {"event_name": "project_create", "project_id": 1})
+    assert response.status_code == 404
+    assert HookEvent.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    "body, raw, field",
+    [
+        (None, "[1, 2]", "body"),
+        (None, "{not json", "body"),
+        ({"project_id": 1}, None, "event_name"),
+        ({"event_name": "project_create"}, None, "project_id"),
+        ({"event_name": "project_create", "project_id": "7"}, None, "project_id"),
+        ({"event_name": "group_rename", "group_id": -1}, None, "group_id"),
+    ],
+)
+def test_a_bad_body_is_400_naming_the_field_and_stores_nothing(client, body, raw, field):
+    response = post(client, body, raw=raw)
+    assert response.status_code == 400
+    assert field in response.json()["errors"]
+    assert HookEvent.objects.count() == 0
+
+
+def test_an_event_not_followed_is_answered_and_dropped(client):
+    assert post(client, {"event_name": "user_create", "user_id": 5}).status_code == 204
+    assert HookEvent.objects.count() == 0
+
+
+def test_a_redelivered_hook_is_applied_once(client, gitlab, url):
+    fleet_of(gitlab, projects=5)
+    sweep.run(config(url))
+    gitlab.add_project(7_000, "new", 101)
+    body = {"event_name": "project_create", "project_id": 7_000}
+    for _ in range(3):
+        assert post(client, body, uuid="3f1c0a8e-uuid").status_code == 204
+    assert HookEvent.objects.count() == 1
+    assert process(url) == {"written": 1}
+    assert Project.objects.filter(id=7_000).exists()
+
+
+def test_each_change_reaches_the_catalog_through_its_hook(client, gitlab, url):
+    fleet_of(gitlab, projects=60)
+    sweep.run(config(url))
+    # A new group with a new project: the project's parent is fetched with it.
+    gitlab.add_group(900, "brand-new", 100)
+    gitlab.add_project(8_000, "fresh", 900)
+    gitlab.projects[1_001].path = "renamed"
+    gitlab.projects[1_002].namespace_id = 110
+    gitlab.projects[1_003].archived = True
+    del gitlab.projects[1_004]
+    gitlab.groups[102].path = "renamed-group"
+    gitlab.add_group(901, "another", None)
+    gitlab.delete_group(115)
+    events = [
+        {"event_name": "project_create", "project_id": 8_000},
+        {"event_name": "project_rename", "project_id": 1_001},
+        {"event_name": "project_transfer", "project_id": 1_002},
+        {"event_name": "project_update", "project_id": 1_003},
+        {"event_name": "project_destroy", "project_id": 1_004},
+        {"event_name": "group_rename", "group_id": 102},
+        {"event_name": "group_create", "group_id": 901},
+        {"event_name": "group_destroy", "group_id": 115},
+    ]
+    for k, body in enumerate(events):
+        assert post(client, body, uuid=f"event-{k}").status_code == 204
+    counts = process(url)
+    assert counts == {"written": 6, "removed": 2}
+    assert catalog() == expected(gitlab)
+    assert HookEvent.objects.filter(state=HookEvent.State.DONE).count() == len(events)
+
+
+def test_a_push_is_refetched_after_its_debounce_and_pushes_coalesce(client, gitlab, url):
+    fleet_of(gitlab, projects=5)
+    sweep.run(config(url))
+    gitlab.projects[1_002].repository_size = 99 * 1024 * 1024
+    for k in range(3):
+        body = {"event_name": "repository_update", "project_id": 1_002}
+        assert post(client, body, uuid=f"push-{k}").status_code == 204
+    assert HookEvent.objects.count() == 1
+    client_gl = sweep.client(config(url))
+    assert hooks.process(client_gl, now=clock.now()) == {}  # not yet: GitLab still counts
+    assert process(url) == {"written": 1}
+    assert Project.objects.get(id=1_002).statistics.repository_size == 99 * 1024 * 1024
+
+
+def test_gitlab_down_while_refetching_is_tried_again_later(client, gitlab, url):
+    fleet_of(gitlab, projects=5)
+    sweep.run(config(url))
+    gitlab.add_project(7_001, "later", 101)
+    post(client, {"event_name": "project_create", "project_id": 7_001}, uuid="e1")
+    gitlab.token = "rotated"  # every request is now a 401
+    assert process(url) == {"pending": 1}
+    event = HookEvent.objects.get()
+    assert event.attempts == 1 and "401" in event.error
+    assert not Project.objects.filter(id=7_001).exists()
+    gitlab.token = TOKEN
+    later = clock.now() + timedelta(hours=2)
+    assert hooks.process(sweep.client(config(url)), now=later) == {"written": 1}
+    assert Project.objects.filter(id=7_001).exists()
+
+
+def test_the_admin_lists_the_hooks_received(admin_client, client):
+    post(client, {"event_name": "project_create", "project_id": 42}, uuid="seen-in-admin")
+    page = admin_client.get("/admin/gitlab_sync/hookevent/?state=pending")
+    assert page.status_code == 200
+    assert "project_create" in page.content.decode()
