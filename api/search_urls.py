@@ -10,4 +10,9 @@ urlpatterns: list = [
         search_views.SearchTargetsView.as_view(),
         name="zoekt-search-targets",
     ),
+    path(
+        "api/v1/namespaces/<int:root_namespace_id>/search_plan",
+        search_views.SearchPlanView.as_view(),
+        name="zoekt-search-plan",
+    ),
 ]

@@ -12,6 +12,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from zoekt.reasons import Reason
+from zoekt.search_plans import gitlab_plan
 from zoekt.search_targets import search_targets
 
 NO_TARGET_REASONS = (
@@ -108,3 +109,63 @@ class SearchTargetsView(APIView):
     )
     def get(self, request, root_namespace_id: int):
         return Response(search_targets(root_namespace_id).as_dict())
+
+
+class ForwardToSerializer(serializers.Serializer):
+    endpoint = serializers.CharField(help_text="The node's search_base_url.")
+    node_id = serializers.IntegerField()
+    node_name = serializers.CharField()
+    replica_id = serializers.IntegerField()
+    project_namespace_id_ranges = serializers.ListField(
+        child=serializers.ListField(child=serializers.IntegerField(allow_null=True)),
+        help_text="[from, to] pairs this node is asked for; null is an open end.",
+    )
+    projects = serializers.IntegerField(help_text="Ready projects it serves.")
+
+
+class ProxySerializer(serializers.Serializer):
+    node_id = serializers.IntegerField()
+    search_base_url = serializers.CharField()
+    url = serializers.CharField(help_text="Where GitLab posts the proxied search.")
+
+
+class SearchPlanSerializer(serializers.Serializer):
+    namespace_id = serializers.IntegerField()
+    search_enabled = serializers.BooleanField()
+    reason = serializers.ChoiceField(
+        choices=[str(reason) for reason in NO_TARGET_REASONS], allow_null=True
+    )
+    version = serializers.IntegerField(help_text="GitLab's search request version (2).")
+    traversal_ids_prefix = serializers.CharField(help_text="The namespace's filter: ^<id>-.")
+    proxy = ProxySerializer(allow_null=True)
+    forward_to = ForwardToSerializer(many=True)
+    targets = serializers.DictField(
+        child=serializers.ListField(child=serializers.IntegerField()),
+        allow_null=True,
+        help_text="GitLab's legacy map: node id -> project ids; null over 30,000 projects.",
+    )
+    targets_omitted = serializers.CharField(allow_null=True)
+
+
+class SearchPlanView(APIView):
+    @extend_schema(
+        operation_id="zoekt_namespace_search_plan",
+        summary="A namespace search in GitLab's own shapes: the v2 proxy plan and the targets map",
+        description=(
+            "The same routing as search_targets, as GitLab's search sends it: a proxy node "
+            "(the one serving the most projects) to POST `/webserver/api/v2/search` to, the "
+            "`forward_to` entries (one per node, its search_base_url as `endpoint`, and the "
+            "project-namespace ranges it serves), the traversal-id prefix that scopes the "
+            "query, and RoutingService's legacy `{node_id: [project_id]}` map (null over "
+            "30,000 projects). The caller adds its query AST."
+        ),
+        responses={
+            200: SearchPlanSerializer,
+            401: OpenApiResponse(description="No credentials, or a bad token"),
+            403: OpenApiResponse(description="A user who is not staff"),
+            404: OpenApiResponse(description="A namespace id that is not an integer"),
+            503: OpenApiResponse(description="PostgreSQL unavailable; Retry-After says when"),
+        },
+    )
+    def get(self, request, root_namespace_id: int):
+        return Response(gitlab_plan(root_namespace_id))
