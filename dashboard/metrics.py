@@ -40,6 +40,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from dashboard import readmodels
 from eviction.models import EvictionDecision
 from eviction.queries import eviction_overview
+from gitlab_sync.status import status as gitlab_status
 from planner.models import RolloutPlan
 from zoekt import clock, jobmetrics, nodeapimetrics
 from zoekt.logging import get_logger
@@ -71,6 +72,7 @@ class FleetCollector:
         yield from self._eviction(now)
         yield from self._jobs()
         yield from self._node_api()
+        yield from self._gitlab_sync(now)
 
     # --- GitLab's names -------------------------------------------------------------
     def _gitlab_node_metrics(self, overview: readmodels.FleetOverview) -> Iterator[Metric]:
@@ -435,6 +437,37 @@ class FleetCollector:
         for endpoint, key, requests in rows:
             unknown.add_metric([endpoint, key], requests)
         yield unknown
+
+    def _gitlab_sync(self, now) -> Iterator[Metric]:
+        """Following GitLab (docs/gitlab.md): the sweeps and the system hooks' backlog."""
+        current = gitlab_status(now)
+        hooks = _gauge("zoekt_gitlab_hook_events", "System hook events kept, by state.", ("state",))
+        for state, count in current.hooks.items():
+            hooks.add_metric([state], count)
+        lag = _gauge(
+            "zoekt_gitlab_hook_lag_seconds",
+            "How long the oldest due system hook has waited to be refetched (0 with none).",
+        )
+        lag.add_metric([], current.hook_lag_seconds)
+        last = _gauge(
+            "zoekt_gitlab_last_complete_sweep_timestamp_seconds",
+            "When the last complete GitLab sweep finished (absent before the first).",
+        )
+        if current.last_complete_sweep_at is not None:
+            last.add_metric([], current.last_complete_sweep_at.timestamp())
+        running = _gauge("zoekt_gitlab_sweep_running", "1 while a GitLab sweep is running.")
+        sweep = current.last_sweep
+        running.add_metric([], 1 if sweep and sweep["state"] == "running" else 0)
+        written = _gauge(
+            "zoekt_gitlab_last_sweep_projects",
+            "Projects the last GitLab sweep wrote, skipped and removed.",
+            ("what",),
+        )
+        if sweep:
+            written.add_metric(["written"], sweep["projects"])
+            written.add_metric(["skipped"], sweep["skipped"])
+            written.add_metric(["removed"], sweep["removed_projects"])
+        yield from (hooks, lag, last, running, written)
 
 
 def _authorized(request: HttpRequest) -> bool:

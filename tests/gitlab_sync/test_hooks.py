@@ -174,3 +174,30 @@ def test_the_admin_lists_the_hooks_received(admin_client, client):
     page = admin_client.get("/admin/gitlab_sync/hookevent/?state=pending")
     assert page.status_code == 200
     assert "project_create" in page.content.decode()
+
+
+def test_the_surfaces_show_the_sweeps_and_the_hook_backlog(client, admin_client, gitlab, url):
+    import io
+
+    from django.core.management import call_command
+
+    fleet_of(gitlab, projects=5)
+    record = sweep.run(config(url))
+    post(client, {"event_name": "project_update", "project_id": 1_001}, uuid="due")
+    HookEvent.objects.update(process_after=clock.now() - timedelta(seconds=90))
+
+    out = io.StringIO()
+    call_command("zoekt_info", "--json", stdout=out)
+    info = json.loads(out.getvalue())["gitlab"]
+    assert info["Last sweep"] == f"{record.id} complete (done)"
+    assert info["Last sweep projects written"] == 5
+    assert info["Hook events"]["counts"]["pending"] == 1
+    assert int(info["Hook lag"].rstrip("s")) >= 90
+
+    metrics = admin_client.get("/metrics").content.decode()
+    assert 'zoekt_gitlab_hook_events{state="pending"} 1.0' in metrics
+    assert 'zoekt_gitlab_last_sweep_projects{what="written"} 5.0' in metrics
+    lag = [
+        line for line in metrics.splitlines() if line.startswith("zoekt_gitlab_hook_lag_seconds")
+    ]
+    assert float(lag[0].split()[-1]) >= 90

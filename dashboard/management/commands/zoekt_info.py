@@ -37,6 +37,7 @@ from django.db.models import Count, Sum
 
 from dashboard.templatetags.zoekt_dashboard import duration
 from eviction.queries import EvictionOverview, eviction_overview
+from gitlab_sync.status import status as gitlab_status
 from planner.core import CONCURRENCY_FACTOR
 from zoekt import app_settings, capacity, clock, memory
 from zoekt.capacity import NodeWatermark
@@ -131,6 +132,7 @@ class Command(BaseCommand):
         lines += self._section("Nodes", report["nodes"])
         lines += self._section("Indexing status", report["indexing_status"])
         lines += self._eviction(report["eviction"])
+        lines += self._section("GitLab", report["gitlab"])
         lines += self._section("Feature Flags (Non-Default Values)", report["feature_flags"])
         lines += self._section("Feature Flags (Default Values)", report["feature_flags_default"])
         if "node_details" in report:
@@ -248,6 +250,7 @@ def collect(*, extended: bool) -> dict[str, Any]:
         "nodes": _node_rows(nodes, by_node, now),
         "indexing_status": _indexing_rows(settings, now),
         "eviction": _eviction(settings, eviction_overview(recent=RECENT_DECISIONS, now=now), now),
+        "gitlab": _gitlab_rows(now),
         "feature_flags": [],
         "feature_flags_default": [],
     }
@@ -273,6 +276,7 @@ def as_json(report: Mapping[str, Any]) -> dict[str, Any]:
         "exact_code_search",
         "nodes",
         "indexing_status",
+        "gitlab",
         "feature_flags",
         "feature_flags_default",
     ):
@@ -294,6 +298,34 @@ def as_json(report: Mapping[str, Any]) -> dict[str, Any]:
             for node in report["node_details"]
         ]
     return out
+
+
+def _gitlab_rows(now: datetime) -> list:
+    """Following GitLab (docs/gitlab.md): the sweeps and the system hooks."""
+    current = gitlab_status(now)
+    sweep = current.last_sweep
+    rows: list = [
+        ("Sweep configured", current.configured),
+        ("System hook configured", current.hooks_configured),
+        (
+            "Last complete sweep",
+            _utc(current.last_complete_sweep_at) if current.last_complete_sweep_at else "never",
+        ),
+    ]
+    if sweep is not None:
+        rows += [
+            ("Last sweep", f"{sweep['id']} {sweep['state']} ({sweep['phase']})"),
+            ("Last sweep projects written", sweep["projects"]),
+            ("Last sweep projects skipped", sweep["skipped"]),
+            ("Last sweep projects removed", sweep["removed_projects"]),
+        ]
+        if sweep["error"]:
+            rows.append(("Last sweep error", sweep["error"]))
+    rows += [
+        ("Hook events", Counts(sum(current.hooks.values()), current.hooks)),
+        ("Hook lag", f"{current.hook_lag_seconds:.0f}s"),
+    ]
+    return rows
 
 
 def _settings_rows(row: ApplicationSetting, settings: app_settings.ZoektSettings) -> list:
