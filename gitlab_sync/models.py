@@ -19,6 +19,7 @@ class Sweep(models.Model):
 
     class Kind(models.TextChoices):
         FULL = "full"
+        DELTA = "delta"
 
     class State(models.TextChoices):
         RUNNING = "running"

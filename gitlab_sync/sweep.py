@@ -24,6 +24,15 @@ removes anything, and never more than ``max_removal_fraction`` of the catalog's
 projects or namespaces (above 100 rows) unless told to: a token that sees less than
 all of GitLab must not empty the catalog.
 
+A **delta** sweep (``kind="delta"``, every few minutes from beat) is lighter and removes
+nothing: every group compared with the catalog (what is new, renamed, moved to another
+parent, archived or of another visibility is written: GitLab fires no hook for a group
+transfer, archiving or visibility), then the projects active since the last complete
+sweep began (``last_activity_after``, less ten minutes). What a delta cannot see
+(deletions, a project changed without activity) the next full sweep, nightly, puts
+right. A delta with no complete sweep before it runs as a full sweep. One process sweeps
+at a time (an advisory lock); another run in the meantime does nothing.
+
 python-gitlab obeys GitLab's rate limit (it sleeps ``Retry-After`` on a 429) and, as
 built here, retries transient errors (500, 502, 503, 504) up to ten times.
 """
@@ -33,6 +42,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Iterable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +54,7 @@ from api.operator_serializers import CatalogBulkUpsertSerializer
 from gitlab_sync import rows
 from gitlab_sync.models import Seen, Sweep
 from zoekt import clock
-from zoekt.locks import LockKey, advisory_xact_lock
+from zoekt.locks import LockKey, advisory_xact_lock, try_advisory_session_lock
 from zoekt.logging import get_logger
 from zoekt.models import Namespace, Project
 from zoekt.operator_actions import Rejected, do_bulk_upsert_catalog
@@ -58,6 +68,8 @@ GROUP_BATCH = 1_000
 SKIPPED_KEPT = 100
 #: Removals a sweep always may make, whatever their share of the catalog.
 REMOVAL_ALWAYS_ALLOWED = 100
+#: A delta sweep reads what changed since the last complete sweep began, less this.
+DELTA_OVERLAP = timedelta(minutes=10)
 
 
 class SweepError(Exception):
@@ -125,8 +137,9 @@ class _Requests:
         return sum(self.by_status.values())
 
 
-def start_or_resume(config: Config, *, restart: bool = False) -> Sweep:
-    """The running sweep to resume, or a new one; ``restart`` abandons a running one."""
+def start_or_resume(config: Config, *, restart: bool = False, kind: str = Sweep.Kind.FULL) -> Sweep:
+    """The running sweep to resume (of either kind), or a new one of ``kind``; ``restart``
+    abandons a running one. A delta with no complete sweep before it is a full sweep."""
     now = clock.now()
     with transaction.atomic():
         running = Sweep.objects.select_for_update().filter(state=Sweep.State.RUNNING).first()
@@ -138,7 +151,20 @@ def start_or_resume(config: Config, *, restart: bool = False) -> Sweep:
             running = None
         if running is not None:
             return running
-        return Sweep.objects.create(gitlab_url=config.url, started_at=now, updated_at=now)
+        cursor = {}
+        if kind == Sweep.Kind.DELTA:
+            last = Sweep.objects.filter(state=Sweep.State.COMPLETE).order_by("-started_at").first()
+            if last is None:
+                kind = Sweep.Kind.FULL
+            else:
+                cursor["since"] = (last.started_at - DELTA_OVERLAP).isoformat()
+        return Sweep.objects.create(
+            kind=kind, gitlab_url=config.url, started_at=now, updated_at=now, cursor=cursor
+        )
+
+
+class SweepBusy(SweepError):
+    """Another process is sweeping: this run does nothing."""
 
 
 def run(
@@ -147,9 +173,20 @@ def run(
     restart: bool = False,
     progress: Callable[[str], None] | None = None,
     gl: gitlab.Gitlab | None = None,
+    kind: str = Sweep.Kind.FULL,
 ) -> Sweep:
-    """Walk GitLab and bring the catalog to what it holds; returns the sweep's record."""
-    sweep = start_or_resume(config, restart=restart)
+    """Walk GitLab and bring the catalog to what it holds; returns the sweep's record.
+
+    One process sweeps at a time (an advisory lock); another raises ``SweepBusy``.
+    """
+    with try_advisory_session_lock(LockKey.GITLAB_SWEEP) as mine:
+        if not mine:
+            raise SweepBusy("another process is sweeping GitLab")
+        return _run(config, restart=restart, progress=progress, gl=gl, kind=kind)
+
+
+def _run(config, *, restart, progress, gl, kind) -> Sweep:
+    sweep = start_or_resume(config, restart=restart, kind=kind)
     walker = _Walker(sweep, gl or client(config), config, progress or (lambda _: None))
     try:
         walker.run()
@@ -217,12 +254,15 @@ class _Walker:
                 "(an admin token with read_api)"
             )
         phases = [p.value for p in Sweep.Phase]
+        if self.sweep.kind == Sweep.Kind.DELTA:
+            phases = [Sweep.Phase.GROUPS, Sweep.Phase.PROJECTS, Sweep.Phase.DONE]
         for phase in phases[phases.index(self.sweep.phase) :]:
             self.sweep.phase = phase
             self.save()
             if phase == Sweep.Phase.DONE:
                 break
-            getattr(self, f"_{phase}")()
+            delta = "_delta" if self.sweep.kind == Sweep.Kind.DELTA else ""
+            getattr(self, f"_{phase}{delta}")()
         self.sweep.state = Sweep.State.COMPLETE
         self.sweep.finished_at = clock.now()
         self.save()
@@ -278,7 +318,7 @@ class _Walker:
                 break
         self._say("users")
 
-    def _projects(self) -> None:
+    def _projects(self, since: str | None = None) -> None:
         after = self.sweep.cursor.get("project_after", 0)
         # The query goes in ``query_data``: python-gitlab sends it with the first request
         # only and then follows the ``Link`` header, whose ``id_after`` moves on (keyword
@@ -292,6 +332,7 @@ class _Walker:
                 "per_page": PER_PAGE,
                 "statistics": "true",
                 "id_after": after,
+                **({"last_activity_after": since} if since else {}),
             },
             iterator=True,
         )
@@ -303,6 +344,39 @@ class _Walker:
                 batch = []
         if batch:
             self._write_projects(batch)
+
+    def _groups_delta(self) -> None:
+        """Every group, compared with the catalog: what is new or changed (renamed, moved
+        to another parent, archived, visibility) is written. GitLab fires no hook for a
+        group transfer, archiving or visibility; this finds them within one delta."""
+        listing = self.gl.groups.list(iterator=True, all_available=True, order_by="id", sort="asc")
+        stored = {
+            nid: (path, parent, visibility, archived)
+            for nid, path, parent, visibility, archived in Namespace.objects.filter(
+                type=Namespace.Type.GROUP
+            ).values_list("id", "path", "parent_id", "visibility_level", "archived")
+        }
+        changed = []
+        for group in listing:
+            try:
+                row = rows.group_row(group.attributes)
+            except rows.Unmappable as exc:
+                self._skip("group", group.attributes.get("id"), str(exc))
+                continue
+            key = (row["path"], row["parent_id"], row["visibility_level"], row["archived"])
+            if stored.get(row["id"]) != key:
+                changed.append(row)
+        ordered = _parents_first(changed)
+        for start in range(0, len(ordered), GROUP_BATCH):
+            self._write_namespaces(ordered[start : start + GROUP_BATCH], "group")
+        self.sweep.counts["groups"] += len(ordered)
+        self.save()
+        self._say("groups")
+
+    def _projects_delta(self) -> None:
+        """The projects active since the last complete sweep began (``last_activity_after``,
+        with an overlap), with their statistics."""
+        self._projects(since=self.sweep.cursor["since"])
 
     def _removal(self) -> None:
         sweep_id = self.sweep.id

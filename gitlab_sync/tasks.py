@@ -9,9 +9,6 @@ from zoekt.logging import get_logger
 
 log = get_logger(__name__)
 
-#: Beat's safety net: hooks whose enqueue was lost, and pushes past their debounce.
-PROCESS_HOOKS_SECONDS = 60
-
 
 @shared_task(name="gitlab_sync.process_hooks")
 def process_hooks() -> dict:
@@ -24,3 +21,30 @@ def process_hooks() -> dict:
     if counts:
         log.info("gitlab_hooks_processed", **counts)
     return counts
+
+
+def _sweep(kind: str) -> dict:
+    if not (settings.ZOEKT_GITLAB_URL and settings.ZOEKT_GITLAB_TOKEN_FILE):
+        return {}
+    from gitlab_sync import sweep
+
+    try:
+        record = sweep.run(sweep.Config.from_settings(), kind=kind)
+    except sweep.SweepBusy:
+        return {"skipped": "another sweep is running"}
+    except sweep.SweepError as exc:
+        log.error("gitlab_sweep_job_failed", kind=kind, error=str(exc))
+        return {"failed": str(exc)}
+    return {"sweep_id": record.id, "kind": record.kind, **record.counts}
+
+
+@shared_task(name="gitlab_sync.delta_sweep")
+def delta_sweep() -> dict:
+    """What changed in GitLab since the last complete sweep (nothing without a GitLab)."""
+    return _sweep("delta")
+
+
+@shared_task(name="gitlab_sync.full_sweep")
+def full_sweep() -> dict:
+    """All of GitLab, and the removal of what it lost (nothing without a GitLab)."""
+    return _sweep("full")

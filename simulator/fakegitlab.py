@@ -10,7 +10,8 @@ REST API is documented to (``../shared/reference/gitlab-integration.md``):
 * ``GET /api/v4/namespaces``: user and group namespaces (``kind``), offset pagination;
   ``GET /api/v4/namespaces/:id``;
 * ``GET /api/v4/projects`` with ``pagination=keyset&order_by=id&sort=asc`` (the next page
-  in the ``Link`` header with ``id_after``; none on the last page), ``statistics=true``;
+  in the ``Link`` header with ``id_after``; none on the last page), ``statistics=true``,
+  ``last_activity_after``;
   ``GET /api/v4/projects/:id``.
 
 Offset pages carry ``X-Page``, ``X-Per-Page``, ``X-Next-Page`` and a ``Link`` header;
@@ -30,6 +31,7 @@ import json
 import threading
 from collections import Counter
 from collections.abc import Iterator
+from datetime import datetime
 from socketserver import ThreadingMixIn
 from urllib.parse import parse_qs, urlencode
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
@@ -66,6 +68,8 @@ class Project:
     repository_storage: str = "default"
     repository_size: int = 1024 * 1024
     storage_size: int | None = None
+    #: GitLab's ``last_activity_at`` (ISO 8601), which ``last_activity_after`` filters on.
+    last_activity_at: str = "2026-01-01T00:00:00+00:00"
 
 
 class FakeGitLab:
@@ -175,6 +179,7 @@ class FakeGitLab:
             "empty_repo": False,
             "repository_access_level": project.repository_access_level,
             "repository_storage": project.repository_storage,
+            "last_activity_at": project.last_activity_at,
         }
         if project.forked_from_id is not None and project.forked_from_id in self.projects:
             entity["forked_from_project"] = {"id": project.forked_from_id}
@@ -308,6 +313,9 @@ class FakeGitLab:
     def _projects(self, environ, path: str, query: dict, statistics: bool):
         per_page = self._per_page(query)
         projects = sorted(self.projects.values(), key=lambda p: p.id)
+        if query.get("last_activity_after"):
+            since = datetime.fromisoformat(query["last_activity_after"].replace("Z", "+00:00"))
+            projects = [p for p in projects if datetime.fromisoformat(p.last_activity_at) > since]
         if query.get("pagination") != "keyset":
             items = [self.project_entity(p, statistics=statistics) for p in projects]
             return self._offset(environ, path, query, items)

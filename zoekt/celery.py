@@ -14,6 +14,7 @@ from celery.signals import task_postrun, task_prerun
 
 from dashboard.beat import DASHBOARD_BEAT
 from eviction.beat import EVICTION_BEAT
+from gitlab_sync.beat import GITLAB_BEAT
 from zoekt import jobmetrics
 from zoekt.scheduling.beat import SCHEDULING_BEAT
 
@@ -61,14 +62,10 @@ BEAT_SCHEDULE = {
         "schedule": 600.0,
         "options": {"expires": 600},
     },
-    # System hooks whose enqueue was lost, and pushes past their debounce (docs/gitlab.md).
-    "gitlab-process-hooks": {
-        "task": "gitlab_sync.process_hooks",
-        "schedule": 60.0,
-        "options": {"expires": 60},
-    },
 }
 BEAT_SCHEDULE.update(SCHEDULING_BEAT)
 BEAT_SCHEDULE.update(DASHBOARD_BEAT)
 BEAT_SCHEDULE.update(EVICTION_BEAT)
+# Following GitLab (docs/gitlab.md): hooks left over, the delta and the full sweep.
+BEAT_SCHEDULE.update(GITLAB_BEAT)
 app.conf.beat_schedule = BEAT_SCHEDULE

@@ -62,6 +62,8 @@ class LockKey(enum.IntEnum):
     EVICTION_NODE_LEVEL = 36
     # Eviction (eviction.memory_pressure): memory-pressure moves, one run at a time.
     EVICTION_MEMORY_PRESSURE = 37
+    # Following GitLab (gitlab_sync.sweep): one sweep at a time, full or delta.
+    GITLAB_SWEEP = 38
 
 
 @contextlib.contextmanager

@@ -249,7 +249,9 @@ def test_the_command_sweeps_and_says_what_it_did(gitlab, url, tmp_path, capsys):
     token.write_text(TOKEN + "\n")
     call_command("zoekt_gitlab_sync", "--url", url, "--token-file", str(token))
     out = capsys.readouterr()
-    assert "complete: 100 groups, 3 users, 40 projects written" in out.out
+    assert f"full sweep {Sweep.objects.get().id} complete: 100 groups, 3 users, 40 projects" in (
+        out.out
+    )
     assert "[gitlab] projects:" in out.err
     assert catalog() == expected(gitlab)
 
@@ -266,3 +268,59 @@ def test_the_admin_lists_the_sweeps(admin_client, gitlab, url):
     assert page.status_code == 200
     assert f">{record.id}<" in page.content.decode()
     assert admin_client.get(f"/admin/gitlab_sync/sweep/{record.id}/change/").status_code == 200
+
+
+def test_a_delta_sweep_reads_what_changed_and_removes_nothing(gitlab, url):
+    fleet_of(gitlab, projects=200)
+    first = sweep.run(config(url))
+    gitlab.rate_limit_every = gitlab.error_every = 0
+    # Active since: renamed and resized, one of them moved. A group moved (no hook in
+    # GitLab) and one archived. A project deleted: only a full sweep removes it.
+    for pid in (1_010, 1_020):
+        gitlab.projects[pid].path = f"active-{pid}"
+        gitlab.projects[pid].repository_size = 77 * 1024 * 1024
+        gitlab.projects[pid].last_activity_at = "2099-01-01T00:00:00+00:00"
+    gitlab.projects[1_020].namespace_id = 110
+    gitlab.groups[103].parent_id = 110
+    gitlab.groups[107].archived = True
+    del gitlab.projects[1_030]
+    before = gitlab.requests["projects"]
+
+    delta = sweep.run(config(url), kind="delta")
+
+    assert delta.kind == Sweep.Kind.DELTA and delta.state == Sweep.State.COMPLETE
+    assert delta.cursor["since"] < first.started_at.isoformat()
+    assert delta.counts["projects"] == 2 and delta.counts["groups"] == 2
+    assert "removed" not in delta.counts
+    assert gitlab.requests["projects"] - before == 1  # one page: the active ones
+    now = catalog()
+    want = expected(gitlab)
+    assert now["groups"] == want["groups"]
+    for pid in (1_010, 1_020):
+        assert now["projects"][pid] == want["projects"][pid]
+        assert now["sizes"][pid] == 77 * 1024 * 1024
+    assert 1_030 in now["projects"]  # still there: deletions wait for the full sweep
+    sweep.run(config(url))
+    assert catalog() == expected(gitlab)
+
+
+def test_a_delta_without_a_complete_sweep_before_it_is_a_full_sweep(gitlab, url):
+    fleet_of(gitlab, projects=20)
+    record = sweep.run(config(url), kind="delta")
+    assert record.kind == Sweep.Kind.FULL
+    assert catalog() == expected(gitlab)
+
+
+def test_a_second_process_does_not_sweep_while_one_does(gitlab, url):
+    import psycopg
+
+    from zoekt.locks import _KEY_SPACE, LockKey
+
+    fleet_of(gitlab, projects=5)
+    params = connection.get_connection_params()
+    with psycopg.connect(**{k: v for k, v in params.items() if k != "cursor_factory"}) as other:
+        other.execute("SELECT pg_advisory_lock(%s, %s)", [_KEY_SPACE, int(LockKey.GITLAB_SWEEP)])
+        with pytest.raises(sweep.SweepBusy):
+            sweep.run(config(url))
+    assert Sweep.objects.count() == 0
+    assert sweep.run(config(url)).state == Sweep.State.COMPLETE

@@ -3,7 +3,9 @@
 Walks GitLab's REST API with python-gitlab (``gitlab_sync.sweep``): groups and their
 descendants, personal namespaces, every project with its statistics, then removes
 what GitLab no longer has. A sweep that was interrupted (Ctrl-C, a crash, GitLab
-down) is resumed where it stopped by the next run; ``--restart`` starts over.
+down) is resumed where it stopped by the next run; ``--restart`` starts over. ``--delta``
+reads only what changed since the last complete sweep and removes nothing (beat runs
+one every five minutes, and a full sweep daily).
 
 The URL and the token file come from ``--url`` / ``--token-file`` or the environment
 (``ZOEKT_GITLAB_URL``, ``ZOEKT_GITLAB_TOKEN_FILE``); the token is an administrator's
@@ -32,6 +34,11 @@ class Command(BaseCommand):
         )
         parser.add_argument("--restart", action="store_true", help="abandon a running sweep")
         parser.add_argument(
+            "--delta",
+            action="store_true",
+            help="only what changed since the last complete sweep (removes nothing)",
+        )
+        parser.add_argument(
             "--allow-mass-removal",
             action="store_true",
             help="remove what GitLab no longer has even above ZOEKT_GITLAB_MAX_REMOVAL_FRACTION",
@@ -54,7 +61,12 @@ class Command(BaseCommand):
                 print(f"[gitlab] {line}", file=sys.stderr, flush=True)
 
         try:
-            record = sweep.run(config, restart=options["restart"], progress=progress)
+            record = sweep.run(
+                config,
+                restart=options["restart"],
+                progress=progress,
+                kind="delta" if options["delta"] else "full",
+            )
         except sweep.SweepError as exc:
             if options["json"]:
                 self._print(sweep.Sweep.objects.order_by("-id").first())
@@ -69,8 +81,9 @@ class Command(BaseCommand):
             c = record.counts
             removed = c.get("removed", {})
             self.stdout.write(
-                f"sweep {record.id} complete: {c['groups']:,} groups, {c['users']:,} users, "
-                f"{c['projects']:,} projects written; {c['skipped']:,} skipped; removed "
+                f"{record.kind} sweep {record.id} complete: {c['groups']:,} groups, "
+                f"{c['users']:,} users, {c['projects']:,} projects written; "
+                f"{c['skipped']:,} skipped; removed "
                 f"{removed.get('projects', 0):,} projects and "
                 f"{removed.get('namespaces', 0):,} namespaces; {c['requests']:,} requests"
             )
