@@ -441,25 +441,27 @@ class FleetCollector:
     def _gitlab_sync(self, now) -> Iterator[Metric]:
         """Following GitLab (docs/gitlab.md): the sweeps and the system hooks' backlog."""
         current = gitlab_status(now)
-        hooks = _gauge("zoekt_gitlab_hook_events", "System hook events kept, by state.", ("state",))
+        hooks = _gauge(
+            "zoekt_control_gitlab_hook_events", "System hook events kept, by state.", ("state",)
+        )
         for state, count in current.hooks.items():
             hooks.add_metric([state], count)
         lag = _gauge(
-            "zoekt_gitlab_hook_lag_seconds",
+            "zoekt_control_gitlab_hook_lag_seconds",
             "How long the oldest due system hook has waited to be refetched (0 with none).",
         )
         lag.add_metric([], current.hook_lag_seconds)
         last = _gauge(
-            "zoekt_gitlab_last_complete_sweep_timestamp_seconds",
+            "zoekt_control_gitlab_last_complete_sweep_timestamp_seconds",
             "When the last complete GitLab sweep finished (absent before the first).",
         )
         if current.last_complete_sweep_at is not None:
             last.add_metric([], current.last_complete_sweep_at.timestamp())
-        running = _gauge("zoekt_gitlab_sweep_running", "1 while a GitLab sweep is running.")
+        running = _gauge("zoekt_control_gitlab_sweep_running", "1 while a GitLab sweep is running.")
         sweep = current.last_sweep
         running.add_metric([], 1 if sweep and sweep["state"] == "running" else 0)
         written = _gauge(
-            "zoekt_gitlab_last_sweep_projects",
+            "zoekt_control_gitlab_last_sweep_projects",
             "Projects the last GitLab sweep wrote, skipped and removed.",
             ("what",),
         )

@@ -22,7 +22,8 @@ from django.urls import path
 from django.utils.safestring import SafeString
 
 from dashboard import charts, history, readmodels
-from zoekt import memory
+from gitlab_sync import status as gitlab_status
+from zoekt import clock, memory
 from zoekt.admin import human_bytes
 
 PAGES = (
@@ -31,6 +32,7 @@ PAGES = (
     ("namespaces", "Namespaces"),
     ("evictions", "Evictions"),
     ("moves", "Moves"),
+    ("gitlab", "GitLab"),
 )
 
 
@@ -347,6 +349,19 @@ def moves(request: HttpRequest) -> HttpResponse:
     )
 
 
+def gitlab(request: HttpRequest) -> HttpResponse:
+    """Following GitLab (docs/gitlab.md): the sweeps and the system hooks' backlog."""
+    return _render(
+        request,
+        "gitlab.html",
+        "gitlab",
+        "GitLab",
+        gitlab=gitlab_status.status(clock.now()),
+        sweeps=gitlab_status.recent_sweeps(),
+        hooks=gitlab_status.recent_hooks(),
+    )
+
+
 def urls() -> list:
     view = admin.site.admin_view
     return [
@@ -358,4 +373,5 @@ def urls() -> list:
         path("moves/", view(moves), name="dashboard-moves"),
         path("namespaces/<int:root_namespace_id>/", view(namespace), name="dashboard-namespace"),
         path("evictions/", view(evictions), name="dashboard-evictions"),
+        path("gitlab/", view(gitlab), name="dashboard-gitlab"),
     ]

@@ -85,18 +85,25 @@ def store(event_name: str, object_id: int, payload: dict, event_uuid: str | None
 
 
 def process(gl: gitlab.Gitlab | None = None, *, now=None) -> dict:
-    """Handle the events that are due, oldest first; safe to run twice at once (rows are
-    claimed with SKIP LOCKED)."""
+    """Handle up to ``BATCH`` events that are due, oldest first, each in a transaction of
+    its own (so the catalog's lock is held for one refetch, not a batch); safe to run
+    twice at once (an event is claimed with SKIP LOCKED)."""
     now = now or clock.now()
     counts: dict[str, int] = {}
     gl = gl or sweep.client(sweep.Config.from_settings())
-    with transaction.atomic():
-        events = list(
-            HookEvent.objects.select_for_update(skip_locked=True)
-            .filter(state=HookEvent.State.PENDING, process_after__lte=now)
-            .order_by("process_after", "id")[:BATCH]
-        )
-        for event in events:
+    seen: set[int] = set()
+    for _ in range(BATCH):
+        with transaction.atomic():
+            event = (
+                HookEvent.objects.select_for_update(skip_locked=True)
+                .filter(state=HookEvent.State.PENDING, process_after__lte=now)
+                .exclude(id__in=seen)
+                .order_by("process_after", "id")
+                .first()
+            )
+            if event is None:
+                break
+            seen.add(event.id)
             try:
                 with transaction.atomic():
                     event.outcome = _apply(gl, event)
@@ -112,8 +119,8 @@ def process(gl: gitlab.Gitlab | None = None, *, now=None) -> dict:
                 log.warning("gitlab_hook_failed", event_id=event.id, error=event.error)
             event.processed_at = now
             event.save()
-            key = event.outcome if event.state == HookEvent.State.DONE else event.state
-            counts[key] = counts.get(key, 0) + 1
+        key = event.outcome if event.state == HookEvent.State.DONE else event.state
+        counts[key] = counts.get(key, 0) + 1
     return counts
 
 

@@ -64,3 +64,27 @@ def status(now: datetime) -> GitLabStatus:
         hooks=hooks,
         hook_lag_seconds=max(0.0, (now - oldest).total_seconds()) if oldest else 0.0,
     )
+
+
+def recent_sweeps(limit: int = 20) -> list[dict[str, Any]]:
+    """The newest sweeps, as the dashboard lists them."""
+    out = []
+    for record in Sweep.objects.order_by("-id")[:limit]:
+        row = _sweep(record)
+        counts = record.counts
+        end = record.finished_at or record.updated_at
+        row.update(
+            kind=record.kind,
+            groups=counts.get("groups", 0),
+            removed=sum((counts.get("removed") or {}).values()),
+            seconds=(end - record.started_at).total_seconds(),
+        )
+        out.append(row)
+    return out
+
+
+def recent_hooks(limit: int = 50) -> list[HookEvent]:
+    """The newest system hook events, pending and failed ones first."""
+    order = {HookEvent.State.PENDING: 0, HookEvent.State.FAILED: 1, HookEvent.State.DONE: 2}
+    rows = list(HookEvent.objects.order_by("-id")[:limit])
+    return sorted(rows, key=lambda e: (order[e.state], -e.id))

@@ -195,9 +195,24 @@ def test_the_surfaces_show_the_sweeps_and_the_hook_backlog(client, admin_client,
     assert int(info["Hook lag"].rstrip("s")) >= 90
 
     metrics = admin_client.get("/metrics").content.decode()
-    assert 'zoekt_gitlab_hook_events{state="pending"} 1.0' in metrics
-    assert 'zoekt_gitlab_last_sweep_projects{what="written"} 5.0' in metrics
+    assert 'zoekt_control_gitlab_hook_events{state="pending"} 1.0' in metrics
+    assert 'zoekt_control_gitlab_last_sweep_projects{what="written"} 5.0' in metrics
     lag = [
-        line for line in metrics.splitlines() if line.startswith("zoekt_gitlab_hook_lag_seconds")
+        line
+        for line in metrics.splitlines()
+        if line.startswith("zoekt_control_gitlab_hook_lag_seconds")
     ]
     assert float(lag[0].split()[-1]) >= 90
+
+
+def test_the_dashboard_shows_the_sweeps_and_the_hook_backlog(client, admin_client, gitlab, url):
+    fleet_of(gitlab, projects=5)
+    record = sweep.run(config(url))
+    post(client, {"event_name": "project_update", "project_id": 1_001}, uuid="backlog")
+    page = admin_client.get("/admin/dashboard/gitlab/")
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert f'data-sweep-id="{record.id}"' in html
+    assert 'data-figure="hooks-pending"><span class="value">1<' in html
+    assert "project_update" in html
+    assert 'data-page="gitlab"' in html
