@@ -124,6 +124,22 @@ def process(gl: gitlab.Gitlab | None = None, *, now=None) -> dict:
     return counts
 
 
+#: Handled events are kept this long (for the dashboard and the admin), then pruned.
+KEEP_HANDLED = timedelta(days=7)
+
+
+def prune(now=None, *, batch: int = 10_000) -> int:
+    """Delete handled events (done or failed) older than ``KEEP_HANDLED``; pending ones
+    are never pruned. One bounded statement."""
+    cutoff = (now or clock.now()) - KEEP_HANDLED
+    ids = list(
+        HookEvent.objects.filter(
+            state__in=[HookEvent.State.DONE, HookEvent.State.FAILED], processed_at__lt=cutoff
+        ).values_list("id", flat=True)[:batch]
+    )
+    return HookEvent.objects.filter(id__in=ids).delete()[0] if ids else 0
+
+
 def _apply(gl: gitlab.Gitlab, event: HookEvent) -> str:
     if event.event_name in GROUP_EVENTS:
         return _refetch_group(gl, event.object_id)

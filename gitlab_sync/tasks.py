@@ -18,6 +18,9 @@ def process_hooks() -> dict:
     from gitlab_sync import hooks
 
     counts = hooks.process()
+    pruned = hooks.prune()
+    if pruned:
+        counts["pruned"] = pruned
     if counts:
         log.info("gitlab_hooks_processed", **counts)
     return counts

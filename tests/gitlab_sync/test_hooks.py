@@ -216,3 +216,15 @@ def test_the_dashboard_shows_the_sweeps_and_the_hook_backlog(client, admin_clien
     assert 'data-figure="hooks-pending"><span class="value">1<' in html
     assert "project_update" in html
     assert 'data-page="gitlab"' in html
+
+
+def test_handled_events_are_pruned_after_a_week_and_pending_ones_never(client):
+    for k in range(3):
+        post(client, {"event_name": "project_create", "project_id": 50 + k}, uuid=f"p{k}")
+    old = clock.now() - timedelta(days=8)
+    first, second, third = HookEvent.objects.order_by("id")
+    HookEvent.objects.filter(id=first.id).update(state=HookEvent.State.DONE, processed_at=old)
+    HookEvent.objects.filter(id=second.id).update(state=HookEvent.State.FAILED, processed_at=old)
+    HookEvent.objects.filter(id=third.id).update(received_at=old, process_after=old)
+    assert hooks.prune() == 2
+    assert list(HookEvent.objects.values_list("id", flat=True)) == [third.id]
