@@ -23,6 +23,15 @@ NO_TARGET_REASONS = (
 )
 
 
+#: The errors both read endpoints answer.
+READ_ERRORS = {
+    401: OpenApiResponse(description="No credentials, or a bad token"),
+    403: OpenApiResponse(description="A user who is not staff"),
+    404: OpenApiResponse(description="A namespace id that is not an integer"),
+    503: OpenApiResponse(description="PostgreSQL unavailable; Retry-After says when"),
+}
+
+
 # Reply shapes, for the OpenAPI schema only.
 class TargetIndexSerializer(serializers.Serializer):
     index_id = serializers.IntegerField()
@@ -87,13 +96,7 @@ class SearchTargetsView(APIView):
             "drawn from every replica). With none, targets is empty and reason says why. "
             "An unknown namespace id answers 200 with namespace_not_enabled."
         ),
-        responses={
-            200: SearchTargetsSerializer,
-            401: OpenApiResponse(description="No credentials, or a bad token"),
-            403: OpenApiResponse(description="A user who is not staff"),
-            404: OpenApiResponse(description="A namespace id that is not an integer"),
-            503: OpenApiResponse(description="PostgreSQL unavailable; Retry-After says when"),
-        },
+        responses={200: SearchTargetsSerializer, **READ_ERRORS},
         examples=[
             OpenApiExample("Two indices on two nodes", value=SEARCH_TARGETS_EXAMPLE),
             OpenApiExample(
@@ -159,13 +162,7 @@ class SearchPlanView(APIView):
             "query, and RoutingService's legacy `{node_id: [project_id]}` map (null over "
             "30,000 projects). The caller adds its query AST."
         ),
-        responses={
-            200: SearchPlanSerializer,
-            401: OpenApiResponse(description="No credentials, or a bad token"),
-            403: OpenApiResponse(description="A user who is not staff"),
-            404: OpenApiResponse(description="A namespace id that is not an integer"),
-            503: OpenApiResponse(description="PostgreSQL unavailable; Retry-After says when"),
-        },
+        responses={200: SearchPlanSerializer, **READ_ERRORS},
     )
     def get(self, request, root_namespace_id: int):
         return Response(gitlab_plan(root_namespace_id))

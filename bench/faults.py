@@ -69,7 +69,6 @@ from bench.stack import (  # noqa: E402
     LogTail,
     Stack,
     Ticker,
-    read_events,
     roots_of,
 )
 
@@ -543,8 +542,7 @@ def run_outage(args, workdir: Path) -> dict:
         completion = wait_converged(stack, len(roots), args.timeout, relieved=[0])
         say("moves complete; stopping the nodes")
         ticker.stop()
-        for label in [k.split(":", 1)[1] for k in list(stack.procs) if k.startswith("nodes:")]:
-            stack.stop_nodes(label)
+        stack.stop_all_nodes()
         close_old_connections()
         results.update(
             analyse_outage(stack, stopped, started)
@@ -565,7 +563,7 @@ def run_outage(args, workdir: Path) -> dict:
 def analyse_outage(stack: Stack, stopped: float, started: float) -> dict:
     from zoekt.models import Node, Task
 
-    events = read_events(p for logs in stack.node_logs.values() for p in logs)
+    events = stack.node_events()
     heartbeats: dict[str, dict[str, int]] = {}
     callbacks: dict[str, dict[str, int]] = {}
     acked_callbacks: dict[int, bool] = {}
@@ -682,10 +680,9 @@ def run_load(args, workdir: Path) -> dict:
             say(state_text(fleet_state()))
         window_end = time.time()
         say("load window over; stopping the nodes")
-        for label in [k.split(":", 1)[1] for k in list(stack.procs) if k.startswith("nodes:")]:
-            stack.stop_nodes(label)
+        stack.stop_all_nodes()
         close_old_connections()
-        events = read_events(p for logs in stack.node_logs.values() for p in logs)
+        events = stack.node_events()
         window = [e for e in events if "latency_ms" in e and window_start <= _ts(e) <= window_end]
         beats = [e for e in window if e["event"].startswith("heartbeat")]
         calls = [e for e in window if e["event"] == "callback"]

@@ -132,6 +132,29 @@ def spawn(args: list[str], env: dict, log: Path) -> subprocess.Popen:
     )
 
 
+def worker_argv(concurrency: int, queue: str) -> list[str]:
+    """One Celery worker of the benchmarks: prefork, on one queue, no gossip."""
+    return [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "zoekt",
+        "worker",
+        "--loglevel",
+        "INFO",
+        "--pool",
+        "prefork",
+        "--concurrency",
+        str(concurrency),
+        "-Q",
+        queue,
+        "--without-gossip",
+        "--without-mingle",
+        "--without-heartbeat",
+    ]
+
+
 def stop(proc: subprocess.Popen | None) -> None:
     if proc is None or proc.poll() is not None:
         return
@@ -245,25 +268,7 @@ def main() -> int:
                 raise RuntimeError("the fake nodes did not register")
             time.sleep(0.2)
         procs["worker"] = spawn(
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "zoekt",
-                "worker",
-                "--loglevel",
-                "INFO",
-                "--pool",
-                "prefork",
-                "--concurrency",
-                str(args.worker_concurrency),
-                "-Q",
-                queue,
-                "--without-gossip",
-                "--without-mingle",
-                "--without-heartbeat",
-            ],
+            worker_argv(args.worker_concurrency, queue),
             {**env, "LOG_LEVEL": "INFO"},
             workdir / "worker.log",
         )

@@ -41,7 +41,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.heartbeat import free_port, start_server  # noqa: E402
-from bench.lifecycle import catalog_batches, spawn, stop  # noqa: E402
+from bench.lifecycle import catalog_batches, spawn, stop, worker_argv  # noqa: E402
 
 GIB = 1024**3
 #: First namespace id of the catalog (``bench.lifecycle.catalog_batches``).
@@ -205,25 +205,7 @@ class Stack:
         log = self.workdir / f"worker-{len(self.worker_logs)}.log"
         self.worker_logs.append(log)
         self.procs["worker"] = spawn(
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "zoekt",
-                "worker",
-                "--loglevel",
-                "INFO",
-                "--pool",
-                "prefork",
-                "--concurrency",
-                str(self.worker_concurrency),
-                "-Q",
-                "zoekt",
-                "--without-gossip",
-                "--without-mingle",
-                "--without-heartbeat",
-            ],
+            worker_argv(self.worker_concurrency, "zoekt"),
             {**self.env, "LOG_LEVEL": "INFO"},
             log,
         )
@@ -264,13 +246,22 @@ class Stack:
     def stop_nodes(self, label: str) -> None:
         stop(self.procs.pop(f"nodes:{label}", None))
 
+    def stop_all_nodes(self) -> None:
+        for key in [k for k in self.procs if k.startswith("nodes:")]:
+            stop(self.procs.pop(key))
+
+    def node_events(self) -> list[dict]:
+        """Every fake node's JSON log records of the run."""
+        return read_events(p for logs in self.node_logs.values() for p in logs)
+
     def check_alive(self) -> None:
         for label, proc in self.procs.items():
             if proc.poll() is not None:
                 raise RuntimeError(f"{label} exited with {proc.returncode} (see {self.workdir})")
 
     def close(self) -> None:
-        for label in [k for k in self.procs if k.startswith("nodes:")] + ["worker", "web"]:
+        self.stop_all_nodes()
+        for label in ("worker", "web"):
             stop(self.procs.pop(label, None))
         with contextlib.suppress(Exception):
             from django.db import connections

@@ -31,6 +31,7 @@ from gitlab_sync.models import HookEvent
 from zoekt import clock
 from zoekt.locks import LockKey, advisory_xact_lock
 from zoekt.logging import get_logger
+from zoekt.models import Namespace
 
 log = get_logger(__name__)
 
@@ -158,8 +159,6 @@ def _get(gl: gitlab.Gitlab, path: str, **query) -> dict | None:
 
 def _ensure_namespace(gl: gitlab.Gitlab, namespace_id: int) -> None:
     """Write a project's parent (and the groups above it) when the catalog lacks them."""
-    from zoekt.models import Namespace
-
     missing = []
     current = namespace_id
     while current is not None and not Namespace.objects.filter(id=current).exists():
@@ -175,7 +174,7 @@ def _ensure_namespace(gl: gitlab.Gitlab, namespace_id: int) -> None:
         missing.append(rows.group_row(group))
         current = group.get("parent_id")
     if missing:
-        sweep._bulk_upsert(list(reversed(missing)), [], [])
+        sweep.bulk_upsert(list(reversed(missing)), [], [])
 
 
 def _refetch_project(gl: gitlab.Gitlab, project_id: int) -> str:
@@ -184,8 +183,8 @@ def _refetch_project(gl: gitlab.Gitlab, project_id: int) -> str:
         return "removed" if _remove_project(project_id) else "absent"
     own, project, sizes = rows.project_rows(entity)
     _ensure_namespace(gl, project["namespace_id"])
-    sweep._drop_unknown_forks([project])
-    sweep._bulk_upsert([own], [project], [sizes])
+    sweep.drop_unknown_forks([project])
+    sweep.bulk_upsert([own], [project], [sizes])
     return "written"
 
 
@@ -195,7 +194,7 @@ def _refetch_group(gl: gitlab.Gitlab, group_id: int) -> str:
         return "removed" if _remove_namespace(group_id) else "absent"
     if entity.get("parent_id") is not None:
         _ensure_namespace(gl, entity["parent_id"])
-    sweep._bulk_upsert([rows.group_row(entity)], [], [])
+    sweep.bulk_upsert([rows.group_row(entity)], [], [])
     return "written"
 
 

@@ -457,7 +457,7 @@ class _Walker:
             namespace_rows.append(own)
             project_rows.append(project)
             statistics.append(sizes)
-        _drop_unknown_forks(project_rows)
+        drop_unknown_forks(project_rows)
         _ns, written, _stats = self._upsert(namespace_rows, project_rows, statistics, "project")
         _mark_seen(Seen.Kind.PROJECT, [r["id"] for r in written], self.sweep.id)
         self.sweep.counts["projects"] += len(written)
@@ -471,7 +471,7 @@ class _Walker:
         it refuses are skipped and named, and the rest written."""
         for attempt in range(2):
             try:
-                _bulk_upsert(namespace_rows, project_rows, statistics)
+                bulk_upsert(namespace_rows, project_rows, statistics)
                 return namespace_rows, project_rows, statistics
             except Rejected as exc:
                 if attempt:
@@ -519,7 +519,7 @@ class _Walker:
         )
 
 
-def _bulk_upsert(namespace_rows: list[dict], project_rows: list[dict], statistics: list[dict]):
+def bulk_upsert(namespace_rows: list[dict], project_rows: list[dict], statistics: list[dict]):
     """``POST /api/v1/catalog/bulk_upsert``'s path without HTTP: the same serializer
     (types, ranges, known repository storages), then the same upsert."""
     serializer = CatalogBulkUpsertSerializer(
@@ -551,7 +551,7 @@ def _parents_first(namespace_rows: list[dict]) -> list[dict]:
     return sorted(namespace_rows, key=lambda r: (depth_of(r["id"]), r["id"]))
 
 
-def _drop_unknown_forks(project_rows: list[dict]) -> None:
+def drop_unknown_forks(project_rows: list[dict]) -> None:
     """A fork whose source is neither in the batch nor the catalog keeps no fork link
     (GitLab shows the source only to who can read it; a deleted source is gone)."""
     sources = {p["forked_from_project_id"] for p in project_rows} - {None}
