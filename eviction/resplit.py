@@ -192,7 +192,7 @@ def plan_resplit(
         .online(now)
         .with_unclaimed_storage_bytes()
         .filter(id=source.zoekt_node_id)
-        .values_list("id", "annotated_unclaimed_storage_bytes", "metadata")
+        .values_list("id", "annotated_unclaimed_storage_bytes", "metadata", "total_bytes")
         .first()
     )
     if home is None:
@@ -200,7 +200,10 @@ def plan_resplit(
     # The source's node takes part as if the index were not there: its reservation back.
     nodes.append(
         SelectedNode(
-            home[0], int(home[1] or 0) + (source.reserved_storage_bytes or 0), home[2] or {}
+            home[0],
+            int(home[1] or 0) + (source.reserved_storage_bytes or 0),
+            home[2] or {},
+            home[3],
         )
     )
     pool = ResourcePool(

@@ -50,9 +50,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from planner.filters import share_left
 from planner.plan import (
     CREATE,
     DESTROY,
+    DISK_CEILING_ABANDONED,
     INDEX_LIMIT_EXCEEDED,
     MEMORY_BUDGET_INSUFFICIENT,
     MEMORY_INDEX_LIMIT_REACHED,
@@ -75,6 +77,7 @@ from planner.scenario import (
     BALANCED,
     CONCURRENCY_FACTOR,
     DISK,
+    LARGEST_FIRST,
     MEMORY,
     Namespace,
     Scenario,
@@ -98,6 +101,7 @@ CAUSE_FIRST = "first"
 CAUSE_DISK = "disk"
 CAUSE_MEMORY_CEILING = "memory_ceiling"
 CAUSE_MEMORY_BUDGET = "memory_budget"
+CAUSE_DISK_CEILING = "disk_ceiling"
 
 _OPEN = 0
 _JOIN = 1
@@ -112,9 +116,40 @@ def plan(scenario: Scenario, *, record_decisions: bool = True, memory_aware: boo
     """
     with gc_paused():
         run = _Run(scenario, record_decisions=record_decisions, memory_aware=memory_aware)
-        for namespace in scenario.namespaces:
-            run.plan_namespace(namespace)
+        namespaces = scenario.namespaces
+        if scenario.options.order == LARGEST_FIRST:
+            order = _largest_first(namespaces)
+            for i in order:
+                run.plan_namespace(namespaces[i])
+            # The plan lists the namespaces in the given order.
+            in_order: list[NamespacePlan] = [None] * len(order)  # type: ignore[list-item]
+            for ns_plan, i in zip(run.plans, order, strict=True):
+                in_order[i] = ns_plan
+            run.plans = in_order
+        else:
+            for namespace in namespaces:
+                run.plan_namespace(namespace)
         return run.result()
+
+
+def _largest_first(namespaces: tuple[Namespace, ...] | list[Namespace]) -> list[int]:
+    """Positions of the namespaces in planning order for ``order: largest_first``.
+
+    The namespaces that need replicas come first, the most repository bytes
+    first, as the largest-processing-time rule of scheduling has it: the big
+    pieces go while every node still has room, the small ones even the nodes
+    out. Ties, and the namespaces that need nothing, keep the given order.
+    """
+
+    def size(namespace: Namespace) -> int:
+        if len(namespace.existing_replicas) >= namespace.number_of_replicas:
+            return -1
+        if not namespace.has_projects:
+            return 0
+        return sum(namespace.columns[2])
+
+    sizes = [size(namespace) for namespace in namespaces]
+    return sorted(range(len(sizes)), key=lambda i: -sizes[i])
 
 
 def plan_dict(scenario: Mapping[str, Any]) -> dict[str, Any]:
@@ -171,33 +206,6 @@ class _FirstFit:
     def current(self, position: int) -> int:
         """The node's key now (the tree may hold a stale, higher one)."""
         return self.values[position]
-
-    def best(self, need: int) -> int | None:
-        """The candidate with the largest key now, if that key is at least ``need``
-        (the ``balanced`` strategy: the most room left); ties go to the earlier
-        position, the candidate order.
-
-        The same stale-high search: descend towards the larger child (the left
-        one on a tie); a leaf whose stored key is its live key is the true
-        maximum, since every other leaf stores at least its own live key; a
-        stale leaf is brought down to its live key and the search starts again.
-        """
-        tree = self.tree
-        size = self.size
-        current = self.current
-        while True:
-            if tree[1] < need:
-                return None
-            i = 1
-            while i < size:
-                i <<= 1
-                if tree[i] < tree[i + 1]:
-                    i += 1
-            position = i - size
-            actual = current(position)
-            if actual == tree[i]:
-                return position
-            self._set(position, actual)
 
     def find(self, need: int) -> int | None:
         tree = self.tree
@@ -261,6 +269,99 @@ class _FitBoth(_FirstFit):
     current = key
 
 
+class _Roomiest(_FirstFit):
+    """The ``balanced`` strategy's search: among the candidates with room for
+    ``need``, the one with the largest share of its capacity left (the least
+    allocated, as Kubernetes' scheduler scores nodes); ties go to the earlier
+    position, the candidate order. ``capacity`` is each node's disk size (for
+    want of it, what it had unclaimed at the start of the run).
+
+    A max-tree over that share. The share only falls during a run, so leaves
+    may be stale-high exactly as in ``_FirstFit``: the search descends towards
+    the larger child (the left one on a tie); a leaf whose stored share is its
+    live share is the true maximum; a stale one is brought down and the search
+    starts again. The best-scored node may lack the room for ``need`` (a small
+    node with a large share left): it is set aside for this search and the next
+    best is looked at; the ones set aside are put back before returning.
+    ``fit`` is the run's max-tree of room (``_FirstFit`` or ``_FitBoth``): its
+    root says at once when no candidate has the room.
+    """
+
+    __slots__ = ("fit", "start")
+
+    def __init__(self, fit: _FirstFit, capacity: list[int]) -> None:
+        self.fit = fit
+        self.start = capacity
+        super().__init__([self.score(position) for position in range(len(capacity))])
+
+    def score(self, position: int) -> float:
+        """The share of the node's capacity that is unclaimed now."""
+        return share_left(self.fit.values[position], self.start[position])
+
+    current = score
+
+    def unblock(self, position: int) -> None:
+        self._set(position, self.current(position))
+
+    def best(self, need: int) -> int | None:
+        fit = self.fit
+        if fit.tree[1] < need:
+            return None
+        tree = self.tree
+        size = self.size
+        current = self.current
+        room = fit.current
+        aside: list[int] | None = None
+        found: int | None = None
+        while tree[1] != _NEG:
+            i = 1
+            while i < size:
+                i <<= 1
+                if tree[i] < tree[i + 1]:
+                    i += 1
+            position = i - size
+            actual = current(position)
+            if actual != tree[i]:
+                self._set(position, actual)
+                continue
+            if room(position) >= need:
+                found = position
+                break
+            if aside is None:
+                aside = []
+            aside.append(position)
+            self._set(position, _NEG)
+        if aside is not None:
+            for position in aside:
+                self._set(position, current(position))
+        return found
+
+
+class _RoomiestBoth(_Roomiest):
+    """``_Roomiest`` in two dimensions: the share left is the smaller of the
+    disk share and the memory share (unclaimed memory over the budget): the
+    dominant resource decides. A node without a budget scores by disk alone.
+    Room for ``need`` (repository bytes) is ``_FitBoth``'s key."""
+
+    __slots__ = ("mem", "mem_start")
+
+    def __init__(self, fit: _FitBoth, start: list[int], mem_start: list[int | float]) -> None:
+        self.mem = fit.mem
+        self.mem_start = mem_start
+        super().__init__(fit, start)
+
+    def score(self, position: int) -> float:
+        """``planner.filters.node_score`` of the node (disk and memory)."""
+        share = share_left(self.fit.disk[position], self.start[position])  # type: ignore[attr-defined]
+        budget = self.mem_start[position]
+        if budget == _INF:
+            return share
+        memory_share = share_left(self.mem[position], budget)
+        return share if share <= memory_share else memory_share
+
+    current = score
+
+
 class _Projects:
     """One namespace's projects with statistics, as parallel lists (memory dimension).
 
@@ -318,13 +419,41 @@ class _Run:
         self.before = list(self.disk)
         self.node_indices: list[list[PlannedIndex]] = [[] for _ in self.node_ids]
         self.first_fit = _FirstFit(self.disk)
-        self.exhausted = _Exhausted(self.first_fit)
         #: ``first_fit``: the first candidate with room (GitLab's); ``balanced``: the
-        #: candidate with the most room now, re-scored as the run consumes it.
+        #: candidate with the largest share of its room left, re-scored as the run
+        #: consumes it (``_Roomiest``).
         self.balanced = scenario.options.strategy == BALANCED
-        self.pick = self.first_fit.best if self.balanced else self.first_fit.find
+        self.roomiest: _Roomiest | None = None
+        if self.balanced:
+            #: What a node's room is scored against: its disk size (never below
+            #: what it has unclaimed), or for want of it the unclaimed.
+            self.capacity = [
+                value if total is None or total < value else total
+                for total, value in zip(
+                    (node.total_bytes for node in scenario.nodes), self.disk, strict=True
+                )
+            ]
+            self.roomiest = _Roomiest(self.first_fit, self.capacity)
+            self.pick = self.roomiest.best
+        else:
+            self.pick = self.first_fit.find
+        #: Every search tree: exclusions block them all, a rollback refreshes them all.
+        self.trees: list[_FirstFit] = [self.first_fit]
+        if self.roomiest is not None:
+            self.trees.append(self.roomiest)
+        self.exhausted = _Exhausted(self.trees)
         self.cap = scenario.options.max_indices_per_replica
         self.factor = _factor_ratio(scenario.options.buffer_factor)
+        #: ``max_index_storage_fraction``: each node's largest max_storage_bytes
+        #: of a new index (a share of its unclaimed storage at the start of the
+        #: run), or ``None``: GitLab's rule, whatever the node has left.
+        self.disk_ceilings: list[int] | None = None
+        self.smallest_disk_ceiling = 0
+        fraction = scenario.options.max_index_storage_fraction
+        if fraction is not None:
+            num, den = _factor_ratio(fraction)
+            self.disk_ceilings = [max(value, 0) * num // den for value in self.disk]
+            self.smallest_disk_ceiling = min(self.disk_ceilings, default=0)
         self.plans: list[NamespacePlan] = []
         self.log: DecisionLog | None = None
         self.decisions: list[Decision] = []
@@ -340,6 +469,7 @@ class _Run:
         #: While a memory-aware namespace attempt runs: position → what to
         #: restore if the attempt is abandoned (see ``_rollback``).
         self.undo: dict[int, tuple[int, int | float, int, int]] | None = None
+        self.undo_decisions = 0
         self.memory = scenario.memory_on
         if self.memory:
             self._init_memory(scenario, memory_aware)
@@ -363,8 +493,16 @@ class _Run:
         ]
         self.memory_ratio = _factor_ratio(options.memory_ratio)
         self.fit_both = _FitBoth(self.disk, self.mem, self.factor, self.memory_ratio)
-        self.pick_both = self.fit_both.best if self.balanced else self.fit_both.find
-        self.exhausted = _Exhausted(self.first_fit, self.fit_both)
+        self.trees.append(self.fit_both)
+        self.roomiest_both: _RoomiestBoth | None = None
+        if self.balanced:
+            budgets = [_INF if budget is None else budget for budget in self.budgets]
+            self.roomiest_both = _RoomiestBoth(self.fit_both, self.capacity, budgets)
+            self.trees.append(self.roomiest_both)
+            self.pick_both = self.roomiest_both.best
+        else:
+            self.pick_both = self.fit_both.find
+        self.exhausted = _Exhausted(self.trees)
         self.undo_decisions = 0
         #: The largest repository size placed in the run (for the bounds;
         #: scaled size and estimate are both monotone in it).
@@ -378,18 +516,22 @@ class _Run:
         """Remember what to restore at ``position`` if the namespace attempt is abandoned."""
         undo = self.undo
         if undo is not None and position not in undo:
+            memory = self.memory
+            mem = self.mem[position] if memory else 0
             if self.log is not None:
                 undo[position] = (
                     self.disk[position],
-                    self.mem[position],
+                    mem,
                     len(self.disk_history[position][0]),
-                    len(self.mem_history[position][0]),
+                    len(self.mem_history[position][0]) if memory else 0,
                 )
             else:
-                undo[position] = (self.disk[position], self.mem[position], 0, 0)
+                undo[position] = (self.disk[position], mem, 0, 0)
 
     def _write(self, position: int, value: int) -> None:
         """Set a node's unclaimed bytes, and log the change for explain."""
+        if self.undo is not None:
+            self._touch(position)
         if self.disk[position] != value:
             self.disk[position] = value
             if self.log is not None:
@@ -445,24 +587,44 @@ class _Run:
             self._plan_namespace_memory(ns_plan, namespace, desired - existing)
             return
 
-        try:
-            if namespace.has_projects:
-                pnids, pids, rsizes = namespace.columns
-                num, den = self.factor
-                if den != 1:
-                    sizes = [-(-r * num // den) for r in rsizes]
-                elif num != 1:
-                    sizes = [r * num for r in rsizes]
-                else:
-                    sizes = rsizes
-                total = sum(sizes)
-                for replica_idx in range(desired - existing):
-                    self._simulate_replica(ns_plan, replica_idx, pnids, pids, sizes, total)
-            else:
+        if not namespace.has_projects:
+            try:
                 for replica_idx in range(desired - existing):
                     self._empty_replica(ns_plan, replica_idx)
-        finally:
-            exhausted.release()
+            finally:
+                exhausted.release()
+        else:
+            pnids, pids, rsizes = namespace.columns
+            num, den = self.factor
+            if den != 1:
+                sizes = [-(-r * num // den) for r in rsizes]
+            elif num != 1:
+                sizes = [r * num for r in rsizes]
+            else:
+                sizes = rsizes
+            total = sum(sizes)
+            guarded = self._ceiling_may_bind(total)
+            ceilings = self.disk_ceilings if guarded else None
+            if guarded:
+                self._begin_attempt()
+            try:
+                for replica_idx in range(desired - existing):
+                    self._simulate_replica(
+                        ns_plan, replica_idx, pnids, pids, sizes, total, ceilings
+                    )
+            finally:
+                exhausted.release()
+            if guarded and ns_plan.errors:
+                # The disk ceiling made the namespace fail: GitLab's rule instead.
+                error = self._abandon_attempt(ns_plan, namespace)
+                try:
+                    for replica_idx in range(desired - existing):
+                        self._simulate_replica(ns_plan, replica_idx, pnids, pids, sizes, total)
+                finally:
+                    exhausted.release()
+                if not ns_plan.errors:
+                    ns_plan.warnings.append(self._abandoned_warning(ns_plan, error, False))
+            self.undo = None
         if len(ns_plan.errors) > 1:
             # GitLab keeps the unique errors, first occurrence first.
             ns_plan.errors = list(dict.fromkeys(ns_plan.errors))
@@ -487,6 +649,7 @@ class _Run:
         pids: list[int],
         sizes: list[int],
         total: int,
+        ceilings: list[int] | None = None,
     ) -> None:
         """Plan one replica by the disk rule (GitLab's newest planner).
 
@@ -494,7 +657,9 @@ class _Run:
         replica's last index joins it with no node search; otherwise a new
         index opens on the first candidate with room that holds no index of
         the namespace (existing, of a replica planned earlier in this run, or
-        of this replica), and that node is excluded at once.
+        of this replica), and that node is excluded at once. With ``ceilings``
+        (``max_index_storage_fraction``) a new index's max_storage_bytes is at
+        most its node's ceiling, so a large namespace rolls over sooner.
         """
         disk = self.disk
         write = self._write
@@ -510,6 +675,7 @@ class _Run:
         last: PlannedIndex | None = None
         last_pos = -1
         last_max: int | float = -1  # no last index: nothing fits it
+        last_open = 0  # the last index's node's unclaimed bytes when it opened
         last_req = 0
         last_to = 0
         # Within a namespace's plan room only shrinks and exclusions only
@@ -538,7 +704,7 @@ class _Run:
 
             # A new index (or the replica's first) on the first-fit node.
             if last is not None:
-                write(last_pos, last_max - last_req)
+                write(last_pos, last_open - last_req)
             exhausted.flush()
             position = find(size) if size < search_fail else None
             if position is None:
@@ -561,7 +727,10 @@ class _Run:
                         exhausted.frozen(),
                     )
                 )
-            max_bytes = disk[position]
+            last_open = max_bytes = disk[position]
+            if ceilings is not None and ceilings[position] < max_bytes:
+                # Never below the project that opens the index.
+                max_bytes = ceilings[position] if ceilings[position] >= size else size
             if last is None:
                 index = PlannedIndex(node_ids[position], namespace_id, None, None, 0, max_bytes)
             else:
@@ -591,7 +760,7 @@ class _Run:
         if last is not None:
             last.required_storage_bytes = last_req
             last.project_namespace_id_to = None
-            write(last_pos, last_max - last_req)
+            write(last_pos, last_open - last_req)
         ns_plan.replicas.append(ReplicaPlan(indices))
 
     # ------------------------------------------------------------------ #
@@ -609,7 +778,10 @@ class _Run:
         never makes a namespace fail (seed 1d). (When memory changed nothing,
         the redo is the same plan.) The disk-only plan keeps its verdict; if it
         succeeds, memory did make the difference and it carries a
-        ``memory_placement_abandoned`` warning.
+        ``memory_placement_abandoned`` warning. With a disk ceiling per index
+        that applies to the namespace, the disk-rule redo keeps the ceiling, and
+        if that fails too the namespace is planned once more without it
+        (``disk_ceiling_abandoned`` when that succeeds).
         """
         pnids, pids, repository_sizes = namespace.columns
         num, den = self.factor
@@ -623,38 +795,34 @@ class _Run:
         total = sum(sizes) if rsizes is None else _INF
         data = (pnids, pids, sizes, rsizes, total)
         aware = self.aware
-        if aware:
-            self.undo = {}
-            self.undo_decisions = len(self.decisions)
+        bind = self._ceiling_may_bind(sum(sizes) if rsizes is not None else total)
+        ceilings = self.disk_ceilings if bind else None
+        guarded = aware or bind
+        if guarded:
+            self._begin_attempt()
         if missing == 1:
             try:
                 largest = self._simulate_replica_memory(
-                    ns_plan, 0, data[0], data[1], sizes, rsizes, total, aware
+                    ns_plan, 0, data[0], data[1], sizes, rsizes, total, aware, ceilings
                 )
             finally:
                 self.exhausted.release()
         else:
-            largest = self._simulate_replicas(ns_plan, data, missing, aware)
+            largest = self._simulate_replicas(ns_plan, data, missing, aware, ceilings)
+        # What failed is tried again one rule less at a time: memory never makes
+        # a namespace fail where the disk rules place it, nor the disk ceiling
+        # where GitLab's rule does.
+        given_up: list[PlanIssue] = []
         if aware and ns_plan.errors:
-            error = ns_plan.errors[0]
-            self._rollback(ns_plan)
-            ns_plan.replicas = []
-            ns_plan.errors = []
-            ns_plan.warnings = []
-            self._exclude_existing(namespace)
-            largest = self._simulate_replicas(ns_plan, data, missing, False)
-            if not ns_plan.errors:
-                ns_plan.warnings.append(
-                    PlanIssue(
-                        ns_plan.namespace_id,
-                        None,
-                        MEMORY_PLACEMENT_ABANDONED,
-                        "The memory-aware placement would have failed "
-                        f"({error.type} in replica {error.replica_idx}: {error.details}); "
-                        "the namespace is planned by the disk-only rule instead, without "
-                        "memory limits",
-                    )
-                )
+            error = self._abandon_attempt(ns_plan, namespace)
+            largest = self._simulate_replicas(ns_plan, data, missing, False, ceilings)
+            given_up.append(self._abandoned_warning(ns_plan, error, True))
+        if ceilings is not None and ns_plan.errors:
+            error = self._abandon_attempt(ns_plan, namespace)
+            largest = self._simulate_replicas(ns_plan, data, missing, False, None)
+            given_up.append(self._abandoned_warning(ns_plan, error, False))
+        if given_up and not ns_plan.errors:
+            ns_plan.warnings.extend(given_up)
         self.undo = None
         if len(ns_plan.errors) > 1:
             ns_plan.errors = list(dict.fromkeys(ns_plan.errors))
@@ -670,16 +838,21 @@ class _Run:
             self.largest_repository = largest
 
     def _simulate_replicas(
-        self, ns_plan: NamespacePlan, data: tuple, missing: int, aware: bool
+        self,
+        ns_plan: NamespacePlan,
+        data: tuple,
+        missing: int,
+        aware: bool,
+        ceilings: list[int] | None = None,
     ) -> int:
         """Every missing replica; the largest repository size placed (-1: all were)."""
         simulate = self._simulate_replica_memory
         try:
             if missing == 1:
-                return simulate(ns_plan, 0, *data, aware)
+                return simulate(ns_plan, 0, *data, aware, ceilings)
             largest = 0
             for replica_idx in range(missing):
-                biggest = simulate(ns_plan, replica_idx, *data, aware)
+                biggest = simulate(ns_plan, replica_idx, *data, aware, ceilings)
                 if biggest < 0 or largest < 0:
                     largest = -1
                 elif biggest > largest:
@@ -687,6 +860,51 @@ class _Run:
             return largest
         finally:
             self.exhausted.release()
+
+    def _ceiling_may_bind(self, total: int | float) -> bool:
+        """Whether the disk ceilings apply to a namespace of ``total`` scaled bytes:
+        only when it is larger than the run's smallest ceiling (a smaller one is
+        planned by GitLab's rule, which the ceilings could not change), so that
+        its attempt must be undoable."""
+        return self.disk_ceilings is not None and total > self.smallest_disk_ceiling
+
+    def _begin_attempt(self) -> None:
+        """Record from here what a namespace attempt changes, to roll it back."""
+        self.undo = {}
+        self.undo_decisions = len(self.decisions)
+
+    def _abandon_attempt(self, ns_plan: NamespacePlan, namespace: Namespace) -> PlanIssue:
+        """Roll the failed attempt back and clear its plan; returns its first error."""
+        error = ns_plan.errors[0]
+        self._rollback(ns_plan)
+        ns_plan.replicas = []
+        ns_plan.errors = []
+        ns_plan.warnings = []
+        self._exclude_existing(namespace)
+        return error
+
+    def _abandoned_warning(
+        self, ns_plan: NamespacePlan, error: PlanIssue, aware: bool
+    ) -> PlanIssue:
+        """The warning of a namespace planned by GitLab's disk rule after the
+        memory-aware or disk-ceiling attempt failed."""
+        cause = f"({error.type} in replica {error.replica_idx}: {error.details})"
+        if aware:
+            return PlanIssue(
+                ns_plan.namespace_id,
+                None,
+                MEMORY_PLACEMENT_ABANDONED,
+                f"The memory-aware placement would have failed {cause}; the namespace is "
+                "planned by the disk-only rule instead, without memory limits",
+            )
+        return PlanIssue(
+            ns_plan.namespace_id,
+            None,
+            DISK_CEILING_ABANDONED,
+            f"The placement under the disk ceiling per index (max_index_storage_fraction) "
+            f"would have failed {cause}; the namespace is planned without it, each index "
+            "taking up to its node's unclaimed storage",
+        )
 
     def _rollback(self, ns_plan: NamespacePlan) -> None:
         """Undo everything the namespace's abandoned attempt did to the run's records."""
@@ -697,21 +915,23 @@ class _Run:
                 popped = node_indices[position_of[index.node_id]].pop()
                 assert popped is index
         undo = self.undo or {}
+        memory = self.memory
         for position, (disk, mem, disk_len, mem_len) in undo.items():
             self.disk[position] = disk
-            self.mem[position] = mem
+            if memory:
+                self.mem[position] = mem
             if self.log is not None:
-                for history, length in (
-                    (self.disk_history[position], disk_len),
-                    (self.mem_history[position], mem_len),
-                ):
+                histories = [(self.disk_history[position], disk_len)]
+                if memory:
+                    histories.append((self.mem_history[position], mem_len))
+                for history, length in histories:
                     del history[0][length:]
                     del history[1][length:]
         del self.decisions[self.undo_decisions :]
         # Unclaimed bytes went back up: the trees' entries must not stay below them.
         for position in undo:
-            self.first_fit.unblock(position)
-            self.fit_both.unblock(position)
+            for tree in self.trees:
+                tree.unblock(position)
         self.undo = {}
 
     def _estimate(self, repository_bytes: int | float) -> int | float:
@@ -736,6 +956,7 @@ class _Run:
         rsizes: list[int] | None,
         total: int | float,
         aware: bool,
+        ceilings: list[int] | None = None,
     ) -> int:
         """Plan one replica with the memory dimension on.
 
@@ -768,6 +989,7 @@ class _Run:
         last: PlannedIndex | None = None
         last_pos = -1
         last_max: int | float = -1  # no last index: nothing fits it
+        last_open = 0  # the last index's node's unclaimed bytes when it opened
         last_lim: int | float = -1  # min(last_max, memory limit × num) (integral factor)
         last_req = 0
         last_to = 0
@@ -798,7 +1020,7 @@ class _Run:
                     index_r = last_r if nonlinear else last_req // num
                     self._write_both(
                         last_pos,
-                        last_max - last_req,
+                        last_open - last_req,
                         last_mopen - -(-index_r * mn // md),
                     )
                     if notes is None:
@@ -844,12 +1066,15 @@ class _Run:
                         cause = outcome[2]
                     elif last is None:
                         cause = CAUSE_FIRST
+                    elif last_req + size <= last_open:
+                        # The node has the room; the index's disk ceiling does not.
+                        cause = CAUSE_DISK_CEILING
                     else:
                         cause = CAUSE_DISK
                     if last is not None:
                         self._write_both(
                             last_pos,
-                            last_max - last_req,
+                            last_open - last_req,
                             last_mopen - -(-(last_r if nonlinear else last_req // num) * mn // md),
                         )
                     r = rsizes[k] if nonlinear else size // num
@@ -910,7 +1135,11 @@ class _Run:
                             warning,
                             aware,
                         )
-                    max_bytes = self.disk[position]
+                    opened = max_bytes = self.disk[position]
+                    if ceilings is not None and ceilings[position] < max_bytes:
+                        # Never below the project that opens the index.
+                        c = ceilings[position]
+                        max_bytes = c if c >= size else size
                     ceiling = self.ceilings[position]
                     if last is None:
                         index = PlannedIndex(
@@ -948,6 +1177,7 @@ class _Run:
                     last = index
                     last_pos = position
                     last_max = max_bytes
+                    last_open = opened
                     last_req = size
                     last_to = pnids[k]
                     last_mopen = mem[position]
@@ -984,7 +1214,7 @@ class _Run:
             last.project_namespace_id_to = None
             self._write_both(
                 last_pos,
-                last_max - last_req,
+                last_open - last_req,
                 last_mopen - estimate,
             )
         ns_plan.replicas.append(ReplicaPlan(indices))
@@ -1132,13 +1362,21 @@ class _Run:
         disk = self.disk
         mem = self.mem
         positions = exhausted.positions
+        # The node a ceiling rollover goes to: the first usable one (first fit),
+        # or the roomiest (balanced, the earlier on a tie).
         first = -1
         usable = 0
+        score = None if self.roomiest_both is None else self.roomiest_both.score
+        best: float = _NEG
         for p in range(len(disk)):
             if disk[p] >= size and mem[p] >= mm and p not in positions:
                 usable += 1
                 if first < 0:
                     first = p
+                    if score is not None:
+                        best = score(p)
+                elif score is not None and score(p) > best:
+                    first, best = p, score(p)
         allowed = cap_left if cap_left > 0 else 0
         more = usable if usable < allowed else allowed
         left = estimate(data.suffix(k))
@@ -1434,11 +1672,10 @@ class _Exhausted:
     after their first index cost no tree update at all.
     """
 
-    __slots__ = ("_frozen", "blocked", "both", "first_fit", "pending", "positions")
+    __slots__ = ("_frozen", "blocked", "pending", "positions", "trees")
 
-    def __init__(self, first_fit: _FirstFit, both: _FitBoth | None = None) -> None:
-        self.first_fit = first_fit
-        self.both = both
+    def __init__(self, trees: list[_FirstFit]) -> None:
+        self.trees = trees
         self.positions: set[int] = set()
         self.pending: list[int] = []
         self.blocked: list[int] = []
@@ -1457,12 +1694,10 @@ class _Exhausted:
         """Block in the trees every position added since the last flush."""
         pending = self.pending
         if pending:
-            block = self.first_fit.block
-            both = self.both
-            for position in pending:
-                block(position)
-                if both is not None:
-                    both.block(position)
+            for tree in self.trees:
+                block = tree.block
+                for position in pending:
+                    block(position)
             self.blocked.extend(pending)
             pending.clear()
 
@@ -1475,11 +1710,10 @@ class _Exhausted:
     def release(self) -> None:
         """The namespace is planned: its excluded nodes are candidates again."""
         if self.positions:
-            both = self.both
-            for position in self.blocked:
-                self.first_fit.unblock(position)
-                if both is not None:
-                    both.unblock(position)
+            for tree in self.trees:
+                unblock = tree.unblock
+                for position in self.blocked:
+                    unblock(position)
             self.positions.clear()
             self.pending.clear()
             self.blocked.clear()

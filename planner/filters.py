@@ -16,7 +16,11 @@ to say why each candidate was passed over. Capacities are per dimension
 "How good is it here?" is separate: GitLab's find_best_node takes the
 *first* node that passes (first fit in candidate order), and the empty
 replica takes the passing node with the most unclaimed storage
-(``best_for_empty_replica``).
+(``best_for_empty_replica``). The ``balanced`` strategy scores the passing
+nodes with ``share_left`` (the least allocated: the smallest share of its
+capacity a node has left over the dimensions in play) and takes the best
+(``least_allocated``); eviction's "largest that fits elsewhere" and a move's
+choice of target ask the same ``share_left`` of their own measures.
 """
 
 from __future__ import annotations
@@ -153,4 +157,52 @@ def best_for_empty_replica(
             rejected.extend(reasons)
         elif best is None or candidate.available[DISK] > candidates[best].available[DISK]:
             best = position
+    return best, rejected
+
+
+def share_left(left: int | float, capacity: int | float) -> float:
+    """The share of ``capacity`` that ``left`` is, in one dimension: the balanced
+    score's part. A node without capacity scores below every node with some
+    (-1, or -2 when it is short even of nothing)."""
+    if capacity <= 0:
+        return -1.0 if left >= 0 else -2.0
+    return left / capacity
+
+
+def node_score(available: Mapping[str, int | None], capacity: Mapping[str, int | None]) -> float:
+    """The balanced score of a node: the smallest ``share_left`` over the
+    dimensions where it has a limit (the dominant resource decides). Higher is
+    better."""
+    disk = share_left(available[DISK], capacity[DISK])  # type: ignore[arg-type]
+    memory = capacity.get(MEMORY)
+    if memory is None:
+        return disk
+    mem = share_left(available[MEMORY], memory)  # type: ignore[arg-type]
+    return disk if disk <= mem else mem
+
+
+def least_allocated(
+    candidates: Sequence[Candidate],
+    requested: Mapping[str, int],
+    exhausted: Collection[int],
+    capacities: Sequence[Mapping[str, int | None]],
+) -> tuple[int | None, list[Rejection]]:
+    """The passing candidate (position) with the best ``node_score``, the earliest
+    on ties, and why every candidate that did not pass was rejected."""
+    best: int | None = None
+    best_score = 0.0
+    rejected: list[Rejection] = []
+    for position, candidate in enumerate(candidates):
+        reasons = candidate_rejections(
+            candidate.node_id,
+            requested,
+            candidate.available,
+            exhausted=candidate.node_id in exhausted,
+        )
+        if reasons:
+            rejected.extend(reasons)
+            continue
+        score = node_score(candidate.available, capacities[position])
+        if best is None or score > best_score:
+            best, best_score = position, score
     return best, rejected

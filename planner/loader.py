@@ -34,7 +34,11 @@ written to a file and replayed without a database.
   its shortest decimal form and rounds each project's bytes up, and JSON
   round-trips that form exactly, so a replay plans the same bytes);
   ``max_indices_per_replica`` 10; ``strategy`` from ``zoekt_placement_strategy``
-  (``balanced`` by default, ``first_fit`` for GitLab's choice); ``memory``:
+  (``balanced`` by default, ``first_fit`` for GitLab's choice), with
+  ``order`` and ``max_index_storage_fraction`` from ``placement_options``
+  (``largest_first`` and 0.25 for balanced; GitLab's ``given`` and none for
+  first fit); each node carries ``total_bytes``, its disk size (what
+  balanced scores its room against); ``memory``:
   ``node_memory_budget_bytes`` from the ``zoekt_node_memory_budget_bytes`` setting (``null``: memory
   planning off), ``memory_ratio`` from ``zoekt_memory_ratio`` and
   ``concurrency_factor`` the core's ``CONCURRENCY_FACTOR`` (a constant, not a
@@ -57,6 +61,7 @@ from typing import Any
 from django.db import connection
 
 from planner.core import CONCURRENCY_FACTOR
+from planner.scenario import BALANCED, GIVEN_ORDER, LARGEST_FIRST
 from planner.selection import ResourcePool, SelectedNode
 from zoekt import app_settings, capacity, memory
 from zoekt.buffer_factor import global_buffer_factor
@@ -146,6 +151,7 @@ class ScenarioLoader:
                 "buffer_factor": factor,
                 "max_indices_per_replica": self.max_indices_per_replica,
                 "strategy": settings.placement_strategy,
+                **placement_options(settings.placement_strategy),
                 "memory": {
                     "node_memory_budget_bytes": configured,
                     "memory_ratio": ratio,
@@ -220,6 +226,25 @@ def load_scenario(pool: ResourcePool, **options: Any) -> dict[str, Any]:
     return ScenarioLoader(pool, **options).load()
 
 
+#: The product's balanced placement beyond the choice among fitting nodes: the
+#: namespaces of a run planned largest first, and no new index claiming more
+#: than a quarter of its node's unclaimed storage (memory's ceiling is a
+#: quarter of the budget too, ``CONCURRENCY_FACTOR``).
+BALANCED_INDEX_STORAGE_FRACTION = 0.25
+
+
+def placement_options(strategy: str) -> dict[str, Any]:
+    """The scenario options that go with ``zoekt_placement_strategy``: GitLab's
+    order and index size for ``first_fit``; largest first and the disk ceiling
+    per index for ``balanced``."""
+    if strategy == BALANCED:
+        return {
+            "order": LARGEST_FIRST,
+            "max_index_storage_fraction": BALANCED_INDEX_STORAGE_FRACTION,
+        }
+    return {"order": GIVEN_ORDER, "max_index_storage_fraction": None}
+
+
 def node_entry(node: SelectedNode, node_memory_budget_bytes: int | None = None) -> dict[str, Any]:
     """A scenario node; its own memory budget (source B) only while the setting (A) is set."""
     own_budget = None
@@ -230,6 +255,7 @@ def node_entry(node: SelectedNode, node_memory_budget_bytes: int | None = None) 
         "id": node.id,
         "name": name if isinstance(name, str) else None,
         "unclaimed_storage_bytes": node.unclaimed_storage_bytes,
+        "total_bytes": node.total_bytes,
         "memory_budget_bytes": own_budget,
         "process_health": process_health(node.metadata),
     }

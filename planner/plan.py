@@ -45,6 +45,12 @@ MEMORY_BUDGET_INSUFFICIENT = "memory_budget_insufficient"
 #: disk-only placement succeeds, so the disk-only placement was kept.
 MEMORY_PLACEMENT_ABANDONED = "memory_placement_abandoned"
 
+#: Warning of the disk ceiling per index (``options.max_index_storage_fraction``):
+#: the namespace's placement under the ceiling would have failed (more indices
+#: than the replica may have, or than there are nodes for it), so it was
+#: planned by GitLab's rule, each index taking up to its node's unclaimed storage.
+DISK_CEILING_ABANDONED = "disk_ceiling_abandoned"
+
 
 @dataclass(slots=True)
 class PlannedIndex:

@@ -110,6 +110,13 @@ FIRST_FIT = "first_fit"
 BALANCED = "balanced"
 STRATEGIES = (FIRST_FIT, BALANCED)
 
+#: ``options.order``: namespaces planned in the given order (GitLab's, the
+#: default), or the namespaces to create largest first (the product's balanced
+#: placement; the plan still lists them in the given order).
+GIVEN_ORDER = "given"
+LARGEST_FIRST = "largest_first"
+ORDERS = (GIVEN_ORDER, LARGEST_FIRST)
+
 
 @dataclass(frozen=True, slots=True)
 class Options:
@@ -117,6 +124,12 @@ class Options:
     max_indices_per_replica: int = DEFAULT_MAX_INDICES_PER_REPLICA
     memory: MemoryOptions = field(default_factory=MemoryOptions)
     strategy: str = FIRST_FIT
+    order: str = GIVEN_ORDER
+    #: ``options.max_index_storage_fraction``: a new index's ``max_storage_bytes``
+    #: is at most this share of its node's unclaimed storage at the start of the
+    #: run (never less than the project that opens it). ``None``: GitLab's rule,
+    #: the node's whole unclaimed storage.
+    max_index_storage_fraction: int | float | None = None
 
     def scale(self, repository_size: int) -> int:
         """A project's planned bytes: ``repository_size × buffer_factor``, whole bytes.
@@ -163,6 +176,11 @@ class Node:
     #: The node's name (its metadata's ``name``), copied into the plan as
     #: ``node_name`` / ``name`` when any node of the scenario has one.
     name: str | None = None
+    #: An extension of the contract: the node's disk size (GitLab's
+    #: ``zoekt_nodes.total_bytes``, as the node reports it), what the
+    #: ``balanced`` strategy scores a node's room against. ``None`` (or less
+    #: than the unclaimed storage): the unclaimed storage is taken for it.
+    total_bytes: int | None = None
 
     @property
     def capacities(self) -> dict[str, int]:
@@ -314,7 +332,18 @@ def _parse_options(value: Any, path: str) -> Options:
     if value is None:
         return Options()
     obj = _object(value, path)
-    _known_keys(obj, path, ("buffer_factor", "max_indices_per_replica", "memory", "strategy"))
+    _known_keys(
+        obj,
+        path,
+        (
+            "buffer_factor",
+            "max_index_storage_fraction",
+            "max_indices_per_replica",
+            "memory",
+            "order",
+            "strategy",
+        ),
+    )
     buffer_factor = DEFAULT_BUFFER_FACTOR
     if obj.get("buffer_factor") is not None:
         buffer_factor = _positive_number(obj["buffer_factor"], f"{path}.buffer_factor")
@@ -333,11 +362,31 @@ def _parse_options(value: Any, path: str) -> Options:
         raise ScenarioError(
             f"{path}.strategy", f"must be one of {', '.join(STRATEGIES)}, got {_show(strategy)}"
         )
+    order = obj.get("order")
+    if order is None:
+        order = GIVEN_ORDER
+    elif order not in ORDERS:
+        raise ScenarioError(
+            f"{path}.order", f"must be one of {', '.join(ORDERS)}, got {_show(order)}"
+        )
+    fraction = obj.get("max_index_storage_fraction")
+    if fraction is not None:
+        fraction = _positive_number(fraction, f"{path}.max_index_storage_fraction")
+        if fraction > 1:
+            raise ScenarioError(
+                f"{path}.max_index_storage_fraction",
+                "must be at most 1 (a share of the node's unclaimed storage), "
+                f"got {_show(fraction)}",
+            )
+        if fraction == 1:
+            fraction = None  # the whole: GitLab's rule
     return Options(
         buffer_factor=buffer_factor,
         max_indices_per_replica=max_indices,
         memory=memory,
         strategy=strategy,
+        order=order,
+        max_index_storage_fraction=fraction,
     )
 
 
@@ -365,6 +414,7 @@ _NODE_KEYS = (
     "process_health",
     "reserved_memory_bytes",
     "name",
+    "total_bytes",
 )
 
 
@@ -391,7 +441,10 @@ def _parse_nodes(value: Any, path: str) -> tuple[Node, ...]:
         name = obj.get("name")
         if name is not None and not isinstance(name, str):
             raise ScenarioError(f"{p}.name", f"expected a string or null, got {_show(name)}")
-        nodes.append(Node(node_id, unclaimed, budget, health, reserved, name))
+        total = obj.get("total_bytes")
+        if total is not None:
+            total = _int(total, f"{p}.total_bytes", minimum=0)
+        nodes.append(Node(node_id, unclaimed, budget, health, reserved, name, total))
     return tuple(nodes)
 
 

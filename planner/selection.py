@@ -97,6 +97,9 @@ class SelectedNode:
     id: int
     unclaimed_storage_bytes: int
     metadata: dict[str, Any] = field(default_factory=dict)
+    #: The node's disk size (``total_bytes``, as reported): what the balanced
+    #: strategy scores the node's room against.
+    total_bytes: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,13 +222,17 @@ class SelectionService:
         watermark are left out (and recorded in ``memory_excluded``).
         """
         rows = Node.objects.available_for_search_indexing(self.now).values_list(
-            "id", "annotated_unclaimed_storage_bytes", "metadata", "eviction_cooldown_until"
+            "id",
+            "annotated_unclaimed_storage_bytes",
+            "metadata",
+            "eviction_cooldown_until",
+            "total_bytes",
         )
         configured = self.settings.node_memory_budget_bytes
         self.memory_excluded = []
         self.cooling_excluded = []
         selected = []
-        for node_id, unclaimed, metadata, cooldown_until in rows:
+        for node_id, unclaimed, metadata, cooldown_until, usable in rows:
             if cooldown_until is not None and cooldown_until > self.now:
                 self.cooling_excluded.append((node_id, cooldown_until))
                 continue
@@ -235,7 +242,7 @@ class SelectionService:
                 rss = memory.webserver_counter(metadata, "rss_bytes")
                 self.memory_excluded.append((node_id, memory.memory_percent_used(rss, budget)))
                 continue
-            selected.append(SelectedNode(node_id, unclaimed, metadata))
+            selected.append(SelectedNode(node_id, unclaimed, metadata, usable))
         return selected
 
 

@@ -86,6 +86,9 @@ def test_the_loader_builds_the_contract_scenario_from_the_database(now):
             "buffer_factor": 3,
             "max_indices_per_replica": 10,
             "strategy": "balanced",
+            # The product's balanced placement: largest first, a quarter of a node per index.
+            "order": "largest_first",
+            "max_index_storage_fraction": 0.25,
             # Memory planning is off until the budget setting is set (docs/memory.md).
             "memory": {
                 "node_memory_budget_bytes": None,
@@ -98,6 +101,7 @@ def test_the_loader_builds_the_contract_scenario_from_the_database(now):
                 "id": roomy.id,
                 "name": "a",
                 "unclaimed_storage_bytes": 5000,
+                "total_bytes": 5000,
                 "memory_budget_bytes": None,
                 "process_health": {"webserver": {"rss_bytes": 4096, "shards_loaded": 7}},
             },
@@ -105,6 +109,7 @@ def test_the_loader_builds_the_contract_scenario_from_the_database(now):
                 "id": small.id,
                 "name": "b",
                 "unclaimed_storage_bytes": 1000,
+                "total_bytes": 1000,
                 "memory_budget_bytes": None,
                 "process_health": None,
             },

@@ -10,10 +10,8 @@ import sys
 import threading
 from pathlib import Path
 
-import psycopg
 import pytest
 import structlog
-from django.db import connection
 
 from planner import selection
 from planner import tasks as planner_tasks
@@ -33,7 +31,8 @@ from tests.factories import (
     ProjectFactory,
     ReplicaFactory,
 )
-from zoekt import app_settings, clock, locks
+from tests.locking import session_lock_held_elsewhere
+from zoekt import app_settings, clock
 from zoekt.celery import BEAT_SCHEDULE
 from zoekt.locks import LockKey
 from zoekt.models import EnabledNamespace, Index, Node, Replica
@@ -402,30 +401,17 @@ def test_the_job_re_enqueues_itself_when_the_result_asks(indexing, monkeypatch):
     assert len(calls) == 1
 
 
-def _database_conninfo() -> str:
-    db = connection.settings_dict
-    parts = {
-        "dbname": db["NAME"],
-        "user": db["USER"],
-        "password": db["PASSWORD"],
-        "host": db["HOST"],
-        "port": db["PORT"],
-    }
-    return " ".join(f"{key}={value}" for key, value in parts.items() if value)
-
-
 def test_a_run_finding_the_lock_held_by_another_connection_skips_and_logs(indexing, caplog):
     caplog.set_level(logging.INFO)
     node(10_000)
     namespace = enabled_group(10)
-    with psycopg.connect(_database_conninfo(), autocommit=True) as other:
-        other.execute("SELECT pg_advisory_lock(%s, %s)", [locks._KEY_SPACE, int(LockKey.ROLLOUT)])
+    with session_lock_held_elsewhere(LockKey.ROLLOUT):
         assert rollout_task() == {"skipped": "lock_held"}
     assert replica_count(namespace) == 0
     (line,) = records(caplog, "rollout")
     assert line["skipped"] == "lock_held"
     assert plan_records(caplog) == []
-    # The other connection is gone, and with it the lock.
+    # The other process has let go of the lock.
     assert rollout_task()["outcome"] == "success"
 
 

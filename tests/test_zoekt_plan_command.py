@@ -10,7 +10,6 @@ from datetime import timedelta
 from io import StringIO
 from pathlib import Path
 
-import psycopg
 import pytest
 from django.core.cache import cache
 from django.core.management import CommandError, call_command
@@ -30,8 +29,8 @@ from tests.factories import (
     ProjectFactory,
     ReplicaFactory,
 )
-from tests.test_rollout import _database_conninfo
-from zoekt import app_settings, buffer_factor, locks
+from tests.locking import session_lock_held_elsewhere
+from zoekt import app_settings, buffer_factor
 from zoekt.locks import LockKey
 from zoekt.models import EnabledNamespace, Index, Node, Replica
 
@@ -207,10 +206,9 @@ def test_apply_refuses_unless_indexing_runs(fleet, settings, reason):
 
 def test_apply_refuses_while_another_rollout_runs(fleet):
     set_setting(zoekt_indexing_enabled=True)
-    with psycopg.connect(_database_conninfo(), autocommit=True) as other:
-        other.execute("SELECT pg_advisory_lock(%s, %s)", [locks._KEY_SPACE, int(LockKey.ROLLOUT)])
-        with pytest.raises(CommandError, match="lock_held"):
-            run("--apply")
+    held = session_lock_held_elsewhere(LockKey.ROLLOUT)
+    with held, pytest.raises(CommandError, match="lock_held"):
+        run("--apply")
     assert not Replica.objects.exists()
 
 

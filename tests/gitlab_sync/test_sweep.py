@@ -12,6 +12,8 @@ from django.test.utils import CaptureQueriesContext
 from gitlab_sync import rows, sweep
 from gitlab_sync.models import Seen, Sweep
 from simulator.fakegitlab import FakeGitLab, serve
+from tests.locking import session_lock_held_elsewhere
+from zoekt.locks import LockKey
 from zoekt.models import Namespace, Project, ProjectStatistics
 from zoekt.operator_actions import do_bulk_upsert_catalog, group_row, project_rows
 
@@ -312,15 +314,8 @@ def test_a_delta_without_a_complete_sweep_before_it_is_a_full_sweep(gitlab, url)
 
 
 def test_a_second_process_does_not_sweep_while_one_does(gitlab, url):
-    import psycopg
-
-    from zoekt.locks import _KEY_SPACE, LockKey
-
     fleet_of(gitlab, projects=5)
-    params = connection.get_connection_params()
-    with psycopg.connect(**{k: v for k, v in params.items() if k != "cursor_factory"}) as other:
-        other.execute("SELECT pg_advisory_lock(%s, %s)", [_KEY_SPACE, int(LockKey.GITLAB_SWEEP)])
-        with pytest.raises(sweep.SweepBusy):
-            sweep.run(config(url))
+    with session_lock_held_elsewhere(LockKey.GITLAB_SWEEP), pytest.raises(sweep.SweepBusy):
+        sweep.run(config(url))
     assert Sweep.objects.count() == 0
     assert sweep.run(config(url)).state == Sweep.State.COMPLETE

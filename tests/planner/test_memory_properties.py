@@ -26,7 +26,7 @@ from planner.explain import explain
 from planner.plan import dumps
 from planner.scenario import parse_scenario
 from tests.planner.reference_impl import reference_plan
-from tests.planner.test_properties import scenarios
+from tests.planner.test_properties import EITHER, scenarios
 
 MEMORY_KEYS_INDEX = ("estimated_memory_bytes", "max_memory_bytes")
 MEMORY_KEYS_NODE = (
@@ -41,6 +41,8 @@ MEMORY_WARNINGS = {
     "memory_placement_abandoned",
 }
 DISK_ERRORS = {"node_unavailable", "index_limit_exceeded", "node_reused_in_namespace"}
+#: The disk ceiling per index's own warning (the product's placement options).
+DISK_WARNINGS = {"disk_ceiling_abandoned"}
 
 HEALTH = st.sampled_from(
     [
@@ -54,12 +56,15 @@ HEALTH = st.sampled_from(
 
 
 @st.composite
-def memory_scenarios(draw: st.DrawFn, *, budgets: bool = True) -> dict[str, Any]:
+def memory_scenarios(
+    draw: st.DrawFn, *, budgets: bool = True, product: bool = False
+) -> dict[str, Any]:
     """The disk scenarios, with memory options and per-node memory fields added.
 
     ``budgets`` False: no node ends up with a budget (the dimension is off).
+    ``product``: either strategy, with the product's placement options drawn.
     """
-    data = draw(scenarios())
+    data = draw(scenarios(EITHER, product=True) if product else scenarios())
     if draw(st.booleans()):
         # Roomy disks, so that memory is what binds.
         for node in data["nodes"]:
@@ -79,6 +84,10 @@ def memory_scenarios(draw: st.DrawFn, *, budgets: bool = True) -> dict[str, Any]
             node["reserved_memory_bytes"] = draw(st.integers(0, 100))
         node["process_health"] = draw(HEALTH)
     return data
+
+
+#: Memory scenarios under GitLab's disk rules or under the product's placement options.
+ANY_RULES = st.one_of(memory_scenarios(), memory_scenarios(product=True))
 
 
 def strip_memory(data: dict[str, Any]) -> dict[str, Any]:
@@ -155,6 +164,16 @@ def test_memory_unaware_keeps_the_disk_only_placement_and_adds_the_figures(data)
 
 
 @COMMON
+@given(memory_scenarios(product=True))
+def test_memory_unaware_under_the_product_options_keeps_their_disk_placement(data):
+    """The memory path's disk ceiling, scoring and order decide as the disk path's
+    do (the slow model in reference_impl), memory only adding its figures."""
+    parsed = parse_scenario(data)
+    result = plan(parsed, memory_aware=False).to_dict()
+    assert strip_plan(result) == reference_plan(parse_scenario(strip_memory(data)))
+
+
+@COMMON
 @given(memory_scenarios(), st.data())
 def test_budgets_that_never_bind_change_nothing_but_add_the_figures(data, draw):
     # Every node's ceiling covers the whole scenario's estimated memory.
@@ -176,7 +195,7 @@ def test_budgets_that_never_bind_change_nothing_but_add_the_figures(data, draw):
 
 
 @COMMON
-@given(memory_scenarios())
+@given(ANY_RULES)
 def test_memory_on_successful_plans_are_sound(data):
     parsed = parse_scenario(data)
     result = plan_dict(data)
@@ -198,7 +217,7 @@ def test_memory_on_successful_plans_are_sound(data):
     for ns in _all_plans(result):
         # Memory only ever warns; errors are the disk dimension's.
         assert {e["type"] for e in ns["errors"]} <= DISK_ERRORS
-        assert {w["type"] for w in ns["warnings"]} <= MEMORY_WARNINGS
+        assert {w["type"] for w in ns["warnings"]} <= MEMORY_WARNINGS | DISK_WARNINGS
         for replica in ns["replicas"]:
             for index in replica["indices"]:
                 budget = budget_of[index["node_id"]]
@@ -246,7 +265,7 @@ def test_memory_on_successful_plans_are_sound(data):
 
 
 @COMMON
-@given(memory_scenarios())
+@given(ANY_RULES)
 def test_no_namespace_fails_because_of_memory(data):
     # Each namespace planned memory-aware fails only if the disk-only plan of
     # that namespace, from the very same state of the run, fails too.
@@ -267,7 +286,7 @@ def test_no_namespace_fails_because_of_memory(data):
 
 
 @COMMON
-@given(memory_scenarios(), st.randoms(use_true_random=False))
+@given(ANY_RULES, st.randoms(use_true_random=False))
 def test_memory_plans_are_deterministic_and_records_do_not_change_them(data, rng):
     parsed = parse_scenario(data)
     first = plan(parsed).to_json()
@@ -279,7 +298,7 @@ def test_memory_plans_are_deterministic_and_records_do_not_change_them(data, rng
 
 
 @COMMON
-@given(memory_scenarios())
+@given(ANY_RULES)
 def test_bounds_agree_with_the_nodes(data):
     result = plan_dict(data)
     if "bounds" not in result:
@@ -300,6 +319,29 @@ def test_bounds_agree_with_the_nodes(data):
     memory = result["bounds"]["memory"]
     if memory["ratio"] is not None and memory["lower_bound"] > 0:
         assert memory["ratio"] >= 1 - 1e-5
+
+
+@COMMON
+@given(memory_scenarios(product=True))
+def test_memory_explanations_agree_with_the_plan_under_the_product_options(data):
+    result = plan(parse_scenario(data))
+    indices = {
+        (ns.namespace_id, r, i): index
+        for ns in result.namespaces_in_order
+        for r, replica in enumerate(ns.replicas)
+        for i, index in enumerate(replica.indices)
+    }
+    for ns in explain(result):
+        for decision in ns["decisions"]:
+            assert all(entry["reasons"] for entry in decision["passed_over"])
+            if decision["kind"] == "new_index":
+                index = indices[
+                    (ns["namespace_id"], decision["replica_idx"], decision["index_idx"])
+                ]
+                assert index.node_id == decision["node_id"]
+                # The disk ceiling may hold the index below what its node has.
+                assert decision["available"]["disk"] >= index.max_storage_bytes
+                assert decision["available"]["disk"] >= decision["requested"]["disk"]
 
 
 @COMMON

@@ -23,7 +23,11 @@ STATES = ("pending", "ready")
 
 
 @st.composite
-def scenarios(draw: st.DrawFn, strategies: tuple[str, ...] = ("first_fit",)) -> dict[str, Any]:
+def scenarios(
+    draw: st.DrawFn, strategies: tuple[str, ...] = ("first_fit",), product: bool = False
+) -> dict[str, Any]:
+    """Random disk-only scenarios; ``product``: with the product's placement options
+    drawn too (order, the disk ceiling per index, usable storage)."""
     node_ids = draw(st.lists(st.integers(1, 60), max_size=7, unique=True))
     named = draw(st.booleans())
     nodes = []
@@ -36,6 +40,8 @@ def scenarios(draw: st.DrawFn, strategies: tuple[str, ...] = ("first_fit",)) -> 
         }
         if named:
             node["name"] = draw(st.sampled_from([f"zoekt-{node_id}", None]))
+        if product and draw(st.booleans()):
+            node["total_bytes"] = draw(st.integers(0, 1500))
         nodes.append(node)
     enabled_ids = draw(st.lists(st.integers(1, 500), min_size=1, max_size=4, unique=True))
     namespaces = []
@@ -74,6 +80,11 @@ def scenarios(draw: st.DrawFn, strategies: tuple[str, ...] = ("first_fit",)) -> 
     strategy = draw(st.sampled_from(strategies))
     if strategy != "first_fit" or draw(st.booleans()):
         options["strategy"] = strategy
+    if product:
+        options["order"] = draw(st.sampled_from(["given", "largest_first"]))
+        options["max_index_storage_fraction"] = draw(
+            st.sampled_from([None, 0.1, 0.25, 0.5, 1, 1 / 3])
+        )
     return {"options": options, "nodes": nodes, "namespaces": namespaces}
 
 
@@ -105,6 +116,15 @@ def _contains(index: dict[str, Any], pnid: int) -> bool:
 
 
 COMMON = settings(max_examples=250, deadline=None)
+
+
+@COMMON
+@given(scenarios(EITHER, product=True))
+def test_the_core_equals_the_literal_model_of_the_product_placement_options(scenario_dict):
+    """Balanced scoring, largest first and the disk ceiling (with its fallback),
+    each alone and together, as the slow model in reference_impl walks them."""
+    parsed = parse_scenario(scenario_dict)
+    assert plan(parsed).to_json() == dumps(reference_plan(parsed))
 
 
 @COMMON

@@ -51,12 +51,30 @@ def test_balanced_is_deterministic():
     assert plan_dict(copy.deepcopy(small_fleet("balanced"))) == once
 
 
-def test_balanced_takes_the_roomiest_node_re_scored_as_the_run_consumes_it():
+def test_balanced_takes_the_node_with_the_largest_share_of_its_storage_left():
     data = small_fleet("balanced")
+    for entry in data["nodes"]:
+        entry["total_bytes"] = 2000 * GIB  # each half full
     data["nodes"][2]["unclaimed_storage_bytes"] = 1500 * GIB  # the last in candidate order
     result = plan_dict(data)
     first_index = result["create"][0]["replicas"][0]["indices"][0]
-    assert first_index["node_id"] == 3  # not the first candidate: the one with most room
+    assert first_index["node_id"] == 3  # not the first candidate: the least allocated
+
+
+def test_balanced_scores_against_the_disk_size_not_the_room_at_the_start():
+    """A nearly full node is not a fresh one: with its disk size known, a node of
+    2,000 GiB with 100 GiB unclaimed takes nothing while an empty one has more room."""
+    data = small_fleet("balanced")
+    data["nodes"] = [
+        {"id": 1, "unclaimed_storage_bytes": 2000 * GIB, "total_bytes": 2000 * GIB},
+        {"id": 2, "unclaimed_storage_bytes": 100 * GIB, "total_bytes": 2000 * GIB},
+    ]
+    result = plan_dict(data)
+    assert claimed(result)[2] == 0
+    # Without it, the unclaimed storage is each node's capacity: both are "empty".
+    for entry in data["nodes"]:
+        del entry["total_bytes"]
+    assert claimed(plan_dict(data))[2] > 0
 
 
 def test_ties_go_to_the_candidate_order():
