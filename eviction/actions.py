@@ -129,7 +129,7 @@ def run_node_level(*, now: datetime | None = None) -> dict[str, Any]:
     targets: list[p.Target] = []
     if rules.safeguards and rules.order == p.LARGEST_THAT_FITS:
         targets = [
-            p.Target(node.id, int(node.annotated_unclaimed_storage_bytes))
+            p.Target(node.id, int(node.annotated_unclaimed_storage_bytes), node.total_bytes)
             for node in online.with_unclaimed_storage_bytes()
             .not_in_eviction_cooldown(now)
             .order_by("id")
@@ -453,13 +453,16 @@ def _new_row(decision: p.Decision, node: Node | None, now: datetime, **fields) -
 
 
 def _chosen_dict(c: p.Chosen) -> dict[str, Any]:
-    return {
+    out = {
         "index_id": c.index_id,
         "namespace_id": c.namespace_id,
         "replica_id": c.replica_id,
         "used_storage_bytes": c.used_storage_bytes,
         "reserved_storage_bytes": c.reserved_storage_bytes,
     }
+    if c.target_node_id is not None:
+        out["target_node_id"] = c.target_node_id
+    return out
 
 
 # --------------------------------------------------------------------------- #

@@ -41,6 +41,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from planner.filters import node_score
+from planner.scenario import DISK, MEMORY
 from zoekt import capacity, memory
 
 MEMORY_PRESSURE = "memory_pressure"
@@ -191,9 +193,12 @@ def _target(
     disk_ceiling: float,
     now: datetime,
 ) -> tuple[float, int] | None:
-    """(memory share after, node id) of the node with the most headroom that takes it."""
+    """(memory share after, node id) of the node that takes it and is then the least
+    allocated (``planner.filters.node_score`` of disk and memory, the balanced
+    placement's score; ties by id)."""
     taken = holding.get(index.enabled_namespace_id, set())
     best = None
+    best_key: tuple[float, int] | None = None
     for node in nodes:
         if node.id == index.node_id or node.id in taken or not node.budget_bytes:
             continue
@@ -206,7 +211,15 @@ def _target(
         disk = (node.used_bytes + node.inbound_bytes + index.used_bytes) / node.total_bytes
         if after >= band or disk >= disk_ceiling:
             continue
-        if best is None or (after, node.id) < best:
+        score = node_score(
+            {
+                DISK: node.total_bytes - node.used_bytes - node.inbound_bytes - index.used_bytes,
+                MEMORY: node.budget_bytes - held - index.estimate_bytes,
+            },
+            {DISK: node.total_bytes, MEMORY: node.budget_bytes},
+        )
+        if best_key is None or (score, -node.id) > best_key:
+            best_key = (score, -node.id)
             best = (after, node.id)
     return best
 

@@ -50,6 +50,7 @@ from django.db.models import Count
 
 from eviction import resplit
 from eviction.resplit import Carve, carved_repositories, create_carve, narrowed
+from planner.filters import share_left
 from zoekt import actions, app_settings, capacity, clock, memory
 from zoekt.logging import get_logger
 from zoekt.models import EnabledNamespace, Index, Move, Node, Replica, Repository, Task
@@ -251,8 +252,9 @@ def choose_target(
     accounting is not the test: on a filled fleet every node's reservations
     claim its usable storage (a ready index settles at used ÷ 0.60 while there
     is room, a pending one holds the planner's buffer), so unclaimed storage
-    says "full" long before the disk is. The
-    emptiest node by that projection first; ties by id.
+    says "full" long before the disk is. Among the nodes left, the least
+    allocated by that projection (``planner.filters.share_left``, the balanced
+    placement's score, of the disk it would have free); ties by id.
     """
     holding = Index.objects.filter(
         zoekt_enabled_namespace_id=index.zoekt_enabled_namespace_id
@@ -274,14 +276,15 @@ def choose_target(
             continue
         if room is not None and not room(node):
             continue
-        projected = (node.used_bytes + inbound.get(node.id, 0) + size_bytes) / node.total_bytes
-        if projected >= ceiling:
+        after = node.used_bytes + inbound.get(node.id, 0) + size_bytes
+        if after / node.total_bytes >= ceiling:
             continue
+        score = share_left(node.total_bytes - after, node.total_bytes)
         if node.id in busy:
             skipped_busy = True
             continue
-        if best is None or (projected, node.id) < best[:2]:
-            best = (projected, node.id, node)
+        if best is None or (score, -node.id) > best[:2]:
+            best = (score, -node.id, node)
     return (None if best is None else best[2]), skipped_busy
 
 

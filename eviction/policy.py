@@ -30,6 +30,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from planner.filters import share_left, storage_capacity
 from zoekt.reasons import Reason
 
 NODE_LEVEL = "node_level"
@@ -89,6 +90,8 @@ class Target:
 
     id: int
     unclaimed_storage_bytes: int
+    #: The node's disk size (``total_bytes``): what its room is scored against.
+    total_bytes: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +119,8 @@ class Chosen:
     replica_id: int | None
     used_storage_bytes: int
     reserved_storage_bytes: int = 0
+    #: ``largest_that_fits``: the node whose room the re-placement was counted on.
+    target_node_id: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -321,7 +326,9 @@ def choose_indices(
 
     Smallest ``used_storage_bytes`` first, or (``largest_that_fits``) the
     largest whose re-placement fits on another node, each target's room
-    shrinking as indices are sent its way. Returns the chosen indices, the
+    shrinking as indices are sent its way; among the targets with the room,
+    the least allocated (``planner.filters.share_left``, the balanced
+    placement's score; ties by id). Returns the chosen indices, the
     projected used bytes, and counts of what was passed over.
     """
     rows = list(rows)
@@ -337,6 +344,9 @@ def choose_indices(
     chosen: list[Chosen] = []
     if policy.order == LARGEST_THAT_FITS:
         room = {t.id: t.unclaimed_storage_bytes for t in targets if t.id != node.id}
+        capacity = {
+            t.id: storage_capacity(t.total_bytes, t.unclaimed_storage_bytes) for t in targets
+        }
         candidates.sort(key=lambda r: (-r.used_storage_bytes, r.id))
         no_room = 0
         for row in candidates:
@@ -347,9 +357,9 @@ def choose_indices(
             if not fits:
                 no_room += 1
                 continue
-            best = max(fits, key=lambda tid: (room[tid], -tid))
+            best = max(fits, key=lambda tid: (share_left(room[tid], capacity[tid]), -tid))
             room[best] -= need
-            chosen.append(_chosen(row))
+            chosen.append(_chosen(row, best))
             projected -= row.used_storage_bytes
         passed["no_room_elsewhere"] = no_room
     else:
@@ -362,9 +372,14 @@ def choose_indices(
     return chosen, projected, passed
 
 
-def _chosen(row: IndexRow) -> Chosen:
+def _chosen(row: IndexRow, target_node_id: int | None = None) -> Chosen:
     return Chosen(
-        row.id, row.namespace_id, row.replica_id, row.used_storage_bytes, row.reserved_storage_bytes
+        row.id,
+        row.namespace_id,
+        row.replica_id,
+        row.used_storage_bytes,
+        row.reserved_storage_bytes,
+        target_node_id,
     )
 
 

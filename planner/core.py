@@ -50,7 +50,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from planner.filters import share_left
+from planner.filters import share_left, storage_capacity
 from planner.plan import (
     CREATE,
     DESTROY,
@@ -428,10 +428,8 @@ class _Run:
             #: What a node's room is scored against: its disk size (never below
             #: what it has unclaimed), or for want of it the unclaimed.
             self.capacity = [
-                value if total is None or total < value else total
-                for total, value in zip(
-                    (node.total_bytes for node in scenario.nodes), self.disk, strict=True
-                )
+                storage_capacity(node.total_bytes, value)
+                for node, value in zip(scenario.nodes, self.disk, strict=True)
             ]
             self.roomiest = _Roomiest(self.first_fit, self.capacity)
             self.pick = self.roomiest.best

@@ -160,6 +160,12 @@ def best_for_empty_replica(
     return best, rejected
 
 
+def storage_capacity(total_bytes: int | None, unclaimed: int) -> int:
+    """What a node's disk room is scored against: its disk size, or (not reported, or
+    less than it has unclaimed) its unclaimed storage."""
+    return unclaimed if total_bytes is None or total_bytes < unclaimed else total_bytes
+
+
 def share_left(left: int | float, capacity: int | float) -> float:
     """The share of ``capacity`` that ``left`` is, in one dimension: the balanced
     score's part. A node without capacity scores below every node with some

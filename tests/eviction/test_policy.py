@@ -144,6 +144,25 @@ def test_largest_that_fits_elsewhere_affects_fewer_namespaces():
     assert all(c.index_id != 101 for c in largest.chosen)
 
 
+def test_largest_that_fits_counts_each_index_on_the_least_allocated_target():
+    """The balanced placement's score: the share of its disk a target has left, not
+    its bytes; a small empty node goes before a big, nearly full one."""
+    rows = [index(1, 200), index(2, 100)]
+    targets = [
+        p.Target(2, 1300 * GIB, total_bytes=13_000 * GIB),  # more bytes, 10 % left
+        p.Target(3, 700 * GIB, total_bytes=700 * GIB),  # empty
+    ]
+    rules = p.Policy(order=p.LARGEST_THAT_FITS, buffer_factor=3)
+    (decision,) = p.node_level([node(0.86)], rows, rules, NOW, targets=targets)
+    # 600 GiB goes to node 3 (all of it left, against 10 %); then node 3 has 100 GiB,
+    # too little for the next 300 GiB, which node 2 takes.
+    assert [(c.index_id, c.target_node_id) for c in decision.chosen] == [(1, 3), (2, 2)]
+    # Without disk sizes every target counts as empty: the tie goes to the smaller id.
+    plain = [p.Target(2, 1300 * GIB), p.Target(3, 700 * GIB)]
+    (decision,) = p.node_level([node(0.86)], rows, rules, NOW, targets=plain)
+    assert decision.chosen[0].target_node_id == 2
+
+
 def test_only_the_replica_on_the_overfull_node_is_chosen():
     # Namespace 7 has a replica on node 1 (index 1) and one on node 2 (index 2).
     rows = [

@@ -22,7 +22,13 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Any
 
-from planner.filters import Candidate, best_for_empty_replica, first_fit, least_allocated
+from planner.filters import (
+    Candidate,
+    best_for_empty_replica,
+    first_fit,
+    least_allocated,
+    storage_capacity,
+)
 from planner.scenario import BALANCED, DISK, LARGEST_FIRST, Scenario
 
 
@@ -37,9 +43,7 @@ def reference_plan(scenario: Scenario) -> dict[str, Any]:
             "unclaimed": node.unclaimed_storage_bytes,
             "before": node.unclaimed_storage_bytes,
             # What balanced scores against: the disk size, never below the unclaimed.
-            "capacity": node.unclaimed_storage_bytes
-            if node.total_bytes is None
-            else max(node.total_bytes, node.unclaimed_storage_bytes),
+            "capacity": storage_capacity(node.total_bytes, node.unclaimed_storage_bytes),
             "ceiling": None
             if fraction is None
             else int(max(node.unclaimed_storage_bytes, 0) * Fraction(repr(fraction))),
