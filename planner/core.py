@@ -463,6 +463,7 @@ class _Run:
                 self.decisions,
                 {DISK: self.disk_history},
                 strategy=scenario.options.strategy,
+                capacity={DISK: self.capacity} if self.balanced else None,
             )
         #: While a memory-aware namespace attempt runs: position → what to
         #: restore if the attempt is abandoned (see ``_rollback``).
@@ -496,6 +497,8 @@ class _Run:
         if self.balanced:
             budgets = [_INF if budget is None else budget for budget in self.budgets]
             self.roomiest_both = _RoomiestBoth(self.fit_both, self.capacity, budgets)
+            if self.log is not None and self.log.capacity is not None:
+                self.log.capacity[MEMORY] = budgets
             self.trees.append(self.roomiest_both)
             self.pick_both = self.roomiest_both.best
         else:

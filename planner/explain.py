@@ -144,6 +144,10 @@ def _explain_decision(log: DecisionLog, sequence: int) -> dict[str, Any]:
     }
     if decision.kind == EMPTY_REPLICA or (log.strategy == BALANCED and chosen is not None):
         out["not_best"] = not_best
+    if log.capacity is not None and chosen is not None and decision.kind == NEW_INDEX:
+        # The balanced score of the chosen node (the share of its capacity left,
+        # planner.filters.node_score), beside each usable one's in not_best.
+        out["score"] = log.score(out["available"], chosen)
     if decision.kind == MEMORY_OVERFLOW:
         out["usable"] = usable
     if log.memory and decision.kind != EMPTY_REPLICA:
@@ -171,7 +175,10 @@ def _sort_others(
         if reasons:
             passed_over.append(_entry(node_id, reasons))
         else:
-            could.append({"node_id": node_id, "available": available})
+            entry: dict[str, Any] = {"node_id": node_id, "available": available}
+            if log.capacity is not None:
+                entry["score"] = log.score(available, position)
+            could.append(entry)
 
 
 def _entry(node_id: int, reasons: list[Rejection]) -> dict[str, Any]:
@@ -241,6 +248,8 @@ def _decision_lines(decision: dict[str, Any]) -> list[str]:
             f"{decision['project_namespace_id']}), requested {requested:,} bytes, node had "
             f"{decision['available'][DISK]:,} unclaimed"
         )
+        if decision.get("score") is not None:
+            head += f", score {decision['score']:.4f} (the share of its capacity left)"
         if memory is not None:
             head += (
                 f"; memory requested {memory:,} bytes, node had "
@@ -276,10 +285,16 @@ def _decision_lines(decision: dict[str, Any]) -> list[str]:
         reasons = "; ".join(Rejection(**reason).describe() for reason in entry["reasons"])
         lines.append(f"    node {entry['node_id']} passed over: {reasons}")
     for entry in decision.get("not_best", []):
-        lines.append(
-            f"    node {entry['node_id']} usable, not the roomiest: "
-            f"{entry['available'][DISK]:,} bytes"
-        )
+        if entry.get("score") is not None:
+            lines.append(
+                f"    node {entry['node_id']} usable, scored lower: {entry['score']:.4f} "
+                f"({entry['available'][DISK]:,} bytes)"
+            )
+        else:
+            lines.append(
+                f"    node {entry['node_id']} usable, not the roomiest: "
+                f"{entry['available'][DISK]:,} bytes"
+            )
     for entry in decision.get("usable", []):
         lines.append(
             f"    node {entry['node_id']} could take a new index ({entry['available'][DISK]:,} "

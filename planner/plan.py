@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 
 import orjson
 
+from planner.filters import node_score
 from planner.scenario import MEMORY, gc_paused
 
 _INF = float("inf")
@@ -269,6 +270,20 @@ class DecisionLog:
     history: dict[str, list[tuple[list[int], list[int]]]] = field(default_factory=dict)
     #: ``options.strategy`` of the run: how the chosen node was chosen among the usable.
     strategy: str = "first_fit"
+    #: ``balanced`` only: per dimension, per candidate position, what the node's
+    #: room is scored against (its disk size; its memory budget, infinite: none).
+    capacity: dict[str, list[int | float]] | None = None
+
+    def score(self, available: Mapping[str, int | None], position: int) -> float | None:
+        """The balanced score (``planner.filters.node_score``) of what a candidate had;
+        ``None`` when the run was not balanced."""
+        if self.capacity is None:
+            return None
+        capacity = {
+            dim: None if per_node[position] == _INF else per_node[position]
+            for dim, per_node in self.capacity.items()
+        }
+        return round(node_score(available, capacity), 6)
 
     def available(self, sequence: int, position: int) -> dict[str, int | None]:
         """What the candidate at ``position`` had when decision ``sequence`` was made.

@@ -63,6 +63,8 @@ class RolloutRun(Protocol):
 KEEP = 50
 EXPLAINED_NAMESPACES = 200
 DECISIONS_PER_NAMESPACE = 20
+#: Balanced runs: how many of the best-scored usable nodes a compact decision names.
+RUNNERS_UP = 3
 
 #: Pseudo-reason for a candidate that could have taken the index but was not
 #: the best choice (an empty replica's less roomy nodes, a balanced split).
@@ -350,6 +352,15 @@ def _compact_decision(decision: dict[str, Any]) -> dict[str, Any]:
         "node_id": decision["node_id"],
         "available": decision["available"],
         "passed_over": len(decision["passed_over"]),
+        # Balanced: the chosen node's score, and the best usable ones passed over.
+        "score": decision.get("score"),
+        "runners_up": [
+            {"node_id": entry["node_id"], "score": entry["score"]}
+            for entry in sorted(
+                (e for e in decision.get("not_best", ()) if e.get("score") is not None),
+                key=lambda e: (-e["score"], e["node_id"]),
+            )[:RUNNERS_UP]
+        ],
         "cause": decision.get("cause"),
         "warning": decision.get("warning"),
         "fits_last_index_node_id": decision.get("fits_last_index_node_id"),
