@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from planner.core import plan
 from planner.plan import Plan
-from planner.scenario import parse_scenario
+from planner.scenario import parse_scenario, placement_options
 
 GIB = 1 << 30
 TIB = 1 << 40
@@ -224,7 +224,7 @@ def zipf_fleet(
     }
 
 
-#: (label, memory-aware, strategy) of each plan the fleet part compares.
+#: (label, memory-aware, options) of each plan the fleet part compares.
 PLANS = (
     ("disk-only, first fit", False, "first_fit"),
     ("memory-aware, first fit", True, "first_fit"),
@@ -232,9 +232,24 @@ PLANS = (
     ("memory-aware, balanced", True, "balanced"),
 )
 
+#: The placements the strategy part compares, as scenario options: GitLab's; the
+#: balanced choice among fitting nodes alone; and the product's balanced placement
+#: (``planner.loader.placement_options``: largest first, a disk ceiling per index).
+PLACEMENTS = (
+    ("first fit", {"strategy": "first_fit"}),
+    ("balanced choice only", {"strategy": "balanced"}),
+    ("balanced (the product's)", {"strategy": "balanced", **placement_options("balanced")}),
+)
+
 
 def with_strategy(data: dict[str, Any], strategy: str) -> dict[str, Any]:
-    return {**data, "options": {**data["options"], "strategy": strategy}}
+    """The scenario planned by ``strategy``: ``balanced`` with the product's options."""
+    extra = placement_options(strategy) if strategy == "balanced" else {}
+    return {**data, "options": {**data["options"], "strategy": strategy, **extra}}
+
+
+def with_options(data: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:
+    return {**data, "options": {**data["options"], **options}}
 
 
 def disk_over_bound(result: Plan, data: dict[str, Any]) -> float:
@@ -249,23 +264,107 @@ def disk_over_bound(result: Plan, data: dict[str, Any]) -> float:
     return busiest / bound
 
 
+def memory_over_bound(result: Plan, data: dict[str, Any]) -> float:
+    """The busiest node's memory utilisation over the plan's lower bound."""
+    return result.bounds["memory"]["ratio"]
+
+
 def report_strategies() -> None:
-    """Disk only (no budget): the busiest node over the lower bound, first fit against
-    balanced, on the 20-node Zipf fleet and on a 3-node fleet of 12 groups."""
-    print("## 3. The placement strategy, disk only (no memory budget)")
+    """The busiest node over the lower bound, each placement on the same scenarios."""
+    print("## 3. The placement strategy")
     print()
-    print("| fleet | strategy | busiest node's disk / the fleet's average | failures |")
-    print("|---|---|---:|---:|")
-    zipf = zipf_fleet(0.5)
-    zipf = {**zipf, "options": {**zipf["options"], "memory": None}}
-    for name, data in (("20 nodes, Zipf", zipf), ("3 nodes, 12 groups", small_fleet())):
-        for strategy in ("first_fit", "balanced"):
-            result = plan(parse_scenario(with_strategy(data, strategy)), record_decisions=False)
-            print(
-                f"| {name} | {strategy} | {disk_over_bound(result, data):.2f}x "
-                f"| {len(result.failures)} |"
-            )
+    print("Busiest node over the lower bound (memory: the plan's `bounds.memory`; disk: the")
+    print("busiest node's share of its unclaimed storage over the fleet's), and failures.")
     print()
+    print("| fleet | budget | " + " | ".join(label for label, _ in PLACEMENTS) + " |")
+    print("|---|---|" + "---:|" * len(PLACEMENTS))
+    zipf_disk = zipf_fleet(0.5)
+    zipf_disk = {**zipf_disk, "options": {**zipf_disk["options"], "memory": None}}
+    demo = demo_fleet()
+    demo_disk = {**demo, "options": {**demo["options"], "memory": None}}
+    cases = (
+        ("20 nodes, Zipf", "tight (93 %)", zipf_fleet(0.93), memory_over_bound),
+        ("20 nodes, Zipf", "loose (50 %)", zipf_fleet(0.5), memory_over_bound),
+        ("20 nodes, Zipf", "none (disk only)", zipf_disk, disk_over_bound),
+        ("3 nodes, 12 groups", "none (disk only)", small_fleet(), disk_over_bound),
+        ("the demo: 5 nodes, 40 groups", "2 GiB a node", demo, memory_over_bound),
+        ("the demo: 5 nodes, 40 groups", "none (disk only)", demo_disk, disk_over_bound),
+    )
+    for fleet, budget, data, measure in cases:
+        cells = []
+        for _, options in PLACEMENTS:
+            scenario = with_options(data, options)
+            result = plan(parse_scenario(scenario), record_decisions=False)
+            failures = f", {len(result.failures)} failed" if result.failures else ""
+            cells.append(f"{measure(result, scenario):.3f}x{failures}")
+        print(f"| {fleet} | {budget} | " + " | ".join(cells) + " |")
+    print()
+    print("Namespaces per node in the demo (disk only; index count):")
+    print()
+    for label, options in PLACEMENTS:
+        result = plan(parse_scenario(with_options(demo_disk, options)), record_decisions=False)
+        per_node = {node["id"]: 0 for node in demo_disk["nodes"]}
+        for node in result.nodes:
+            per_node[node.id] = len(node.indices)
+        print(f"- {label}: " + ", ".join(str(per_node[i]) for i in sorted(per_node)))
+    print()
+
+
+def demo_fleet() -> dict[str, Any]:
+    """The demo's catalog (``zoekt_demo_seed``'s defaults) on its five fake nodes of
+    25 GiB (2 GiB used before any index) with the demo's 2 GiB memory budget, as the
+    rollout's loader would hand it to the planner."""
+    from simulator.democatalog import DEMO_MEMORY_BUDGET_GIB, build_catalog
+
+    namespaces, projects, statistics = build_catalog(
+        groups=40, projects=400, seed=42, id_base=900_000, storage="default"
+    )
+    parent = {row["id"]: row["parent_id"] for row in namespaces}
+
+    def root(namespace_id: int) -> int:
+        while parent.get(namespace_id):
+            namespace_id = parent[namespace_id]
+        return namespace_id
+
+    sizes = {row["project_id"]: row["repository_size"] for row in statistics}
+    by_root: dict[int, list[dict[str, Any]]] = {}
+    for project in projects:
+        by_root.setdefault(root(project["namespace_id"]), []).append(
+            {
+                "project_namespace_id": project["project_namespace_id"],
+                "project_id": project["id"],
+                "repository_size": sizes[project["id"]],
+            }
+        )
+    roots = sorted(
+        row["id"] for row in namespaces if row["type"] == "Group" and not row["parent_id"]
+    )
+    total, base = 25 * GIB, 2 * GIB
+    return {
+        "options": {
+            "buffer_factor": 3,
+            "max_indices_per_replica": 10,
+            "memory": {
+                "node_memory_budget_bytes": int(DEMO_MEMORY_BUDGET_GIB * GIB),
+                "memory_ratio": 0.5,
+                "concurrency_factor": 4,
+            },
+        },
+        "nodes": [
+            {"id": i + 1, "unclaimed_storage_bytes": total - base, "total_bytes": total}
+            for i in range(5)
+        ],
+        "namespaces": [
+            {
+                "enabled_namespace_id": n + 1,
+                "namespace_id": root_id,
+                "projects": sorted(
+                    by_root.get(root_id, []), key=lambda p: p["project_namespace_id"]
+                ),
+            }
+            for n, root_id in enumerate(roots)
+        ],
+    }
 
 
 def small_fleet(seed: int = 12) -> dict[str, Any]:

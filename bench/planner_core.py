@@ -35,7 +35,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from planner.core import plan
-from planner.scenario import parse_scenario
+from planner.scenario import parse_scenario, placement_options
 
 NODES = 200
 SEED = 20260301
@@ -189,7 +189,8 @@ def main() -> int:
         )
 
     print()
-    print("The placement strategy (no decision records; the target: balanced within 1.5×):")
+    print("The placement strategy (no decision records; the target: balanced within 1.5×).")
+    print("Balanced is the product's: the balanced choice, largest first, the disk ceiling.")
     print()
     print("| projects | dimension | first fit s | balanced s | ratio |")
     print("|---:|---|---:|---:|---:|")
@@ -197,7 +198,16 @@ def main() -> int:
         data = synthetic_scenario(count)
         for label, base in (("disk", data), ("memory", with_memory_budget(data, args.memory_fill))):
             first, balanced = (
-                parse_scenario({**base, "options": {**base["options"], "strategy": strategy}})
+                parse_scenario(
+                    {
+                        **base,
+                        "options": {
+                            **base["options"],
+                            "strategy": strategy,
+                            **placement_options(strategy),
+                        },
+                    }
+                )
                 for strategy in ("first_fit", "balanced")
             )
             (first_s, _), (balanced_s, _) = best_of_each(

@@ -135,21 +135,14 @@ def plan(scenario: Scenario, *, record_decisions: bool = True, memory_aware: boo
 def _largest_first(namespaces: tuple[Namespace, ...] | list[Namespace]) -> list[int]:
     """Positions of the namespaces in planning order for ``order: largest_first``.
 
-    The namespaces that need replicas come first, the most repository bytes
-    first, as the largest-processing-time rule of scheduling has it: the big
-    pieces go while every node still has room, the small ones even the nodes
-    out. Ties, and the namespaces that need nothing, keep the given order.
+    The most repository bytes first, as the largest-processing-time rule of
+    scheduling has it: the big pieces go while every node still has room, the
+    small ones even the nodes out. Ties keep the given order.
     """
 
-    def size(namespace: Namespace) -> int:
-        if len(namespace.existing_replicas) >= namespace.number_of_replicas:
-            return -1
-        if not namespace.has_projects:
-            return 0
-        return sum(namespace.columns[2])
-
-    sizes = [size(namespace) for namespace in namespaces]
-    return sorted(range(len(sizes)), key=lambda i: -sizes[i])
+    # The namespaces that need nothing claim nothing: where they go is immaterial.
+    keys = [-namespace.repository_bytes for namespace in namespaces]
+    return sorted(range(len(keys)), key=keys.__getitem__)
 
 
 def plan_dict(scenario: Mapping[str, Any]) -> dict[str, Any]:
@@ -435,10 +428,13 @@ class _Run:
             self.pick = self.roomiest.best
         else:
             self.pick = self.first_fit.find
-        #: Every search tree: exclusions block them all, a rollback refreshes them all.
-        self.trees: list[_FirstFit] = [self.first_fit]
+        #: The trees searched for a node: a namespace's exclusions block them. (In
+        #: balanced runs the room trees are only asked for an upper bound, which
+        #: holds unblocked.) ``all_trees``: every tree, refreshed after a rollback.
+        self.trees: list[_FirstFit] = [self.roomiest or self.first_fit]
+        self.all_trees: list[_FirstFit] = [self.first_fit]
         if self.roomiest is not None:
-            self.trees.append(self.roomiest)
+            self.all_trees.append(self.roomiest)
         self.exhausted = _Exhausted(self.trees)
         self.cap = scenario.options.max_indices_per_replica
         self.factor = _factor_ratio(scenario.options.buffer_factor)
@@ -492,7 +488,7 @@ class _Run:
         ]
         self.memory_ratio = _factor_ratio(options.memory_ratio)
         self.fit_both = _FitBoth(self.disk, self.mem, self.factor, self.memory_ratio)
-        self.trees.append(self.fit_both)
+        self.all_trees.append(self.fit_both)
         self.roomiest_both: _RoomiestBoth | None = None
         if self.balanced:
             budgets = [_INF if budget is None else budget for budget in self.budgets]
@@ -500,8 +496,10 @@ class _Run:
             if self.log is not None and self.log.capacity is not None:
                 self.log.capacity[MEMORY] = budgets
             self.trees.append(self.roomiest_both)
+            self.all_trees.append(self.roomiest_both)
             self.pick_both = self.roomiest_both.best
         else:
+            self.trees.append(self.fit_both)
             self.pick_both = self.fit_both.find
         self.exhausted = _Exhausted(self.trees)
         self.undo_decisions = 0
@@ -931,7 +929,7 @@ class _Run:
         del self.decisions[self.undo_decisions :]
         # Unclaimed bytes went back up: the trees' entries must not stay below them.
         for position in undo:
-            for tree in self.trees:
+            for tree in self.all_trees:
                 tree.unblock(position)
         self.undo = {}
 

@@ -147,7 +147,7 @@ def _explain_decision(log: DecisionLog, sequence: int) -> dict[str, Any]:
     if log.capacity is not None and chosen is not None and decision.kind == NEW_INDEX:
         # The balanced score of the chosen node (the share of its capacity left,
         # planner.filters.node_score), beside each usable one's in not_best.
-        out["score"] = log.score(out["available"], chosen)
+        out["score"] = log.score(out["available"], chosen, decision.requested)
     if decision.kind == MEMORY_OVERFLOW:
         out["usable"] = usable
     if log.memory and decision.kind != EMPTY_REPLICA:
@@ -177,7 +177,7 @@ def _sort_others(
         else:
             entry: dict[str, Any] = {"node_id": node_id, "available": available}
             if log.capacity is not None:
-                entry["score"] = log.score(available, position)
+                entry["score"] = log.score(available, position, decision.requested)
             could.append(entry)
 
 

@@ -61,7 +61,7 @@ from typing import Any
 from django.db import connection
 
 from planner.core import CONCURRENCY_FACTOR
-from planner.scenario import BALANCED, GIVEN_ORDER, LARGEST_FIRST
+from planner.scenario import placement_options
 from planner.selection import ResourcePool, SelectedNode
 from zoekt import app_settings, capacity, memory
 from zoekt.buffer_factor import global_buffer_factor
@@ -224,25 +224,6 @@ class ScenarioLoader:
 def load_scenario(pool: ResourcePool, **options: Any) -> dict[str, Any]:
     """The scenario dict for ``pool`` (see ``ScenarioLoader`` for the options)."""
     return ScenarioLoader(pool, **options).load()
-
-
-#: The product's balanced placement beyond the choice among fitting nodes: the
-#: namespaces of a run planned largest first, and no new index claiming more
-#: than a quarter of its node's unclaimed storage (memory's ceiling is a
-#: quarter of the budget too, ``CONCURRENCY_FACTOR``).
-BALANCED_INDEX_STORAGE_FRACTION = 0.25
-
-
-def placement_options(strategy: str) -> dict[str, Any]:
-    """The scenario options that go with ``zoekt_placement_strategy``: GitLab's
-    order and index size for ``first_fit``; largest first and the disk ceiling
-    per index for ``balanced``."""
-    if strategy == BALANCED:
-        return {
-            "order": LARGEST_FIRST,
-            "max_index_storage_fraction": BALANCED_INDEX_STORAGE_FRACTION,
-        }
-    return {"order": GIVEN_ORDER, "max_index_storage_fraction": None}
 
 
 def node_entry(node: SelectedNode, node_memory_budget_bytes: int | None = None) -> dict[str, Any]:

@@ -10,7 +10,7 @@ the same bytes.
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -274,14 +274,19 @@ class DecisionLog:
     #: room is scored against (its disk size; its memory budget, infinite: none).
     capacity: dict[str, list[int | float]] | None = None
 
-    def score(self, available: Mapping[str, int | None], position: int) -> float | None:
-        """The balanced score (``planner.filters.node_score``) of what a candidate had;
-        ``None`` when the run was not balanced."""
+    def score(
+        self, available: Mapping[str, int | None], position: int, dims: Iterable[str]
+    ) -> float | None:
+        """The balanced score (``planner.filters.node_score``) of what a candidate had,
+        over the dimensions the decision asked for (``dims``: a disk-only decision of a
+        memory run, its fallback, was scored by disk alone); ``None`` when the run was
+        not balanced."""
         if self.capacity is None:
             return None
         capacity = {
             dim: None if per_node[position] == _INF else per_node[position]
             for dim, per_node in self.capacity.items()
+            if dim in dims
         }
         return round(node_score(available, capacity), 6)
 

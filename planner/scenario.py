@@ -117,6 +117,24 @@ GIVEN_ORDER = "given"
 LARGEST_FIRST = "largest_first"
 ORDERS = (GIVEN_ORDER, LARGEST_FIRST)
 
+#: The product's balanced placement beyond the choice among fitting nodes: the
+#: namespaces of a run planned largest first, and no new index claiming more
+#: than a quarter of its node's unclaimed storage (memory's ceiling is a
+#: quarter of the budget too, ``CONCURRENCY_FACTOR``).
+BALANCED_INDEX_STORAGE_FRACTION = 0.25
+
+
+def placement_options(strategy: str) -> dict[str, Any]:
+    """The scenario options that go with ``zoekt_placement_strategy``: GitLab's
+    order and index size for ``first_fit``; largest first and the disk ceiling
+    per index for ``balanced``."""
+    if strategy == BALANCED:
+        return {
+            "order": LARGEST_FIRST,
+            "max_index_storage_fraction": BALANCED_INDEX_STORAGE_FRACTION,
+        }
+    return {"order": GIVEN_ORDER, "max_index_storage_fraction": None}
+
 
 @dataclass(frozen=True, slots=True)
 class Options:
@@ -225,6 +243,12 @@ class Namespace:
     columns: tuple[list[int], list[int], list[int]] = field(
         default=([], [], []), compare=False, repr=False
     )
+    #: The repository bytes of the projects with statistics (what
+    #: ``order: largest_first`` sorts by), summed once here.
+    repository_bytes: int = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "repository_bytes", sum(self.columns[2]))
 
     @property
     def projects(self) -> tuple[Project, ...]:

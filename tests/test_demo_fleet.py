@@ -15,8 +15,8 @@ import pytest
 from django.core.management import call_command
 
 from dashboard.readmodels import demo_progress
+from simulator.democatalog import build_catalog, index_sizes
 from simulator.fakenode import GIB, default_index_size
-from simulator.management.commands.zoekt_demo_seed import build_catalog, index_sizes
 from simulator.replay import Replay
 from zoekt.models import EnabledNamespace, Index, Replica
 

@@ -57,8 +57,6 @@ def reference_plan(scenario: Scenario) -> dict[str, Any]:
     if options.order == LARGEST_FIRST:
 
         def size(ns) -> int:
-            if len(ns.existing_replicas) >= ns.number_of_replicas:
-                return -1
             return sum(p.repository_size for p in ns.projects if p.repository_size is not None)
 
         order.sort(key=lambda i: -size(scenario.namespaces[i]))

@@ -20,9 +20,10 @@ GIB = 1024**3
 
 
 def small_fleet(strategy: str | None, seed: int = 12) -> dict:
-    """Three empty nodes of 1,000 GiB and 12 groups (``bench/placement.py``'s case)."""
+    """Three empty nodes of 1,000 GiB and 12 groups (``bench/placement.py``'s case),
+    planned by ``strategy`` alone (none of the other placement options)."""
     data = placement.small_fleet(seed)
-    return data if strategy is None else placement.with_strategy(data, strategy)
+    return data if strategy is None else placement.with_options(data, {"strategy": strategy})
 
 
 def claimed(result: dict) -> dict[int, int]:
@@ -218,3 +219,11 @@ def test_a_namespace_the_disk_ceiling_would_fail_is_planned_without_it_and_says_
     # Nothing of the abandoned attempt stays claimed: the nodes add up.
     claimed_total = sum(node["claimed_storage_bytes"] for node in result["nodes"])
     assert claimed_total == 160 + 5
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_the_products_balanced_placement_keeps_the_small_fleet_within_1_5x(seed):
+    data = placement.with_strategy(placement.small_fleet(seed), "balanced")  # the product's
+    assert data["options"]["order"] == "largest_first"
+    load = claimed(plan_dict(data))
+    assert max(load.values()) <= 1.5 * min(load.values())
