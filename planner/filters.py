@@ -25,7 +25,7 @@ choice of target ask the same ``share_left`` of their own measures.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -130,6 +130,17 @@ def first_fit(
     candidate.
     """
     passed_over: list[Rejection] = []
+    for position, _candidate, reasons in _judged(candidates, requested, exhausted):
+        if not reasons:
+            return position, passed_over
+        passed_over.extend(reasons)
+    return None, passed_over
+
+
+def _judged(
+    candidates: Sequence[Candidate], requested: Mapping[str, int], exhausted: Collection[int]
+) -> Iterator[tuple[int, Candidate, list[Rejection]]]:
+    """Each candidate with its position and why it cannot take the request (empty: it can)."""
     for position, candidate in enumerate(candidates):
         reasons = candidate_rejections(
             candidate.node_id,
@@ -137,10 +148,7 @@ def first_fit(
             candidate.available,
             exhausted=candidate.node_id in exhausted,
         )
-        if not reasons:
-            return position, passed_over
-        passed_over.extend(reasons)
-    return None, passed_over
+        yield position, candidate, reasons
 
 
 def best_for_empty_replica(
@@ -198,13 +206,7 @@ def least_allocated(
     best: int | None = None
     best_score = 0.0
     rejected: list[Rejection] = []
-    for position, candidate in enumerate(candidates):
-        reasons = candidate_rejections(
-            candidate.node_id,
-            requested,
-            candidate.available,
-            exhausted=candidate.node_id in exhausted,
-        )
+    for position, candidate, reasons in _judged(candidates, requested, exhausted):
         if reasons:
             rejected.extend(reasons)
             continue

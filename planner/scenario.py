@@ -379,20 +379,8 @@ def _parse_options(value: Any, path: str) -> Options:
             obj["max_indices_per_replica"], f"{path}.max_indices_per_replica", minimum=1
         )
     memory = _parse_memory_options(obj.get("memory"), f"{path}.memory")
-    strategy = obj.get("strategy")
-    if strategy is None:
-        strategy = FIRST_FIT
-    elif strategy not in STRATEGIES:
-        raise ScenarioError(
-            f"{path}.strategy", f"must be one of {', '.join(STRATEGIES)}, got {_show(strategy)}"
-        )
-    order = obj.get("order")
-    if order is None:
-        order = GIVEN_ORDER
-    elif order not in ORDERS:
-        raise ScenarioError(
-            f"{path}.order", f"must be one of {', '.join(ORDERS)}, got {_show(order)}"
-        )
+    strategy = _one_of(obj.get("strategy"), f"{path}.strategy", STRATEGIES)
+    order = _one_of(obj.get("order"), f"{path}.order", ORDERS)
     fraction = obj.get("max_index_storage_fraction")
     if fraction is not None:
         fraction = _positive_number(fraction, f"{path}.max_index_storage_fraction")
@@ -738,6 +726,15 @@ def _show(value: Any) -> str:
     if isinstance(value, dict):
         return "an object"
     return type(value).__name__
+
+
+def _one_of(value: Any, path: str, allowed: tuple[str, ...]) -> str:
+    """One of ``allowed`` (absent or null: the first, the default)."""
+    if value is None:
+        return allowed[0]
+    if value not in allowed:
+        raise ScenarioError(path, f"must be one of {', '.join(allowed)}, got {_show(value)}")
+    return value
 
 
 def _object(value: Any, path: str) -> dict[str, Any]:

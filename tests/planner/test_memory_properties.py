@@ -22,11 +22,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from planner.core import _Run, plan, plan_dict
-from planner.explain import explain
 from planner.plan import dumps
 from planner.scenario import parse_scenario
 from tests.planner.reference_impl import reference_plan
-from tests.planner.test_properties import EITHER, scenarios
+from tests.planner.test_properties import EITHER, new_index_decisions, scenarios
 
 MEMORY_KEYS_INDEX = ("estimated_memory_bytes", "max_memory_bytes")
 MEMORY_KEYS_NODE = (
@@ -324,48 +323,18 @@ def test_bounds_agree_with_the_nodes(data):
 @COMMON
 @given(memory_scenarios(product=True))
 def test_memory_explanations_agree_with_the_plan_under_the_product_options(data):
-    result = plan(parse_scenario(data))
-    indices = {
-        (ns.namespace_id, r, i): index
-        for ns in result.namespaces_in_order
-        for r, replica in enumerate(ns.replicas)
-        for i, index in enumerate(replica.indices)
-    }
-    for ns in explain(result):
-        for decision in ns["decisions"]:
-            assert all(entry["reasons"] for entry in decision["passed_over"])
-            if decision["kind"] == "new_index":
-                index = indices[
-                    (ns["namespace_id"], decision["replica_idx"], decision["index_idx"])
-                ]
-                assert index.node_id == decision["node_id"]
-                # The disk ceiling may hold the index below what its node has.
-                assert decision["available"]["disk"] >= index.max_storage_bytes
-                assert decision["available"]["disk"] >= decision["requested"]["disk"]
+    for decision, index in new_index_decisions(plan(parse_scenario(data))):
+        # The disk ceiling may hold the index below what its node has.
+        assert decision["available"]["disk"] >= index.max_storage_bytes
 
 
 @COMMON
 @given(memory_scenarios())
 def test_memory_explanations_agree_with_the_plan(data):
-    result = plan(parse_scenario(data))
-    indices = {
-        (ns.namespace_id, r, i): index
-        for ns in result.namespaces_in_order
-        for r, replica in enumerate(ns.replicas)
-        for i, index in enumerate(replica.indices)
-    }
     positions = [n["id"] for n in data["nodes"]]
-    for ns in explain(result):
-        for decision in ns["decisions"]:
-            assert all(entry["reasons"] for entry in decision["passed_over"])
-            if decision["kind"] == "new_index":
-                index = indices[
-                    (ns["namespace_id"], decision["replica_idx"], decision["index_idx"])
-                ]
-                assert index.node_id == decision["node_id"]
-                assert decision["available"]["disk"] == index.max_storage_bytes
-                assert decision["available"]["disk"] >= decision["requested"]["disk"]
-                assert len(decision["passed_over"]) == positions.index(decision["node_id"])
-                if "memory" in decision["requested"] and decision["warning"] is None:
-                    have = decision["available"]["memory"]
-                    assert have is None or have >= decision["requested"]["memory"]
+    for decision, index in new_index_decisions(plan(parse_scenario(data))):
+        assert decision["available"]["disk"] == index.max_storage_bytes
+        assert len(decision["passed_over"]) == positions.index(decision["node_id"])
+        if "memory" in decision["requested"] and decision["warning"] is None:
+            have = decision["available"]["memory"]
+            assert have is None or have >= decision["requested"]["memory"]

@@ -7,6 +7,7 @@ import copy
 import itertools
 import json
 import random
+from collections.abc import Iterator
 from typing import Any
 
 from hypothesis import given, settings
@@ -251,10 +252,10 @@ def test_decision_records_do_not_change_the_plan(scenario_dict):
     assert plan(parsed).to_json() == plan(parsed, record_decisions=False).to_json()
 
 
-@COMMON
-@given(scenarios(EITHER))
-def test_explanations_agree_with_the_plan(scenario_dict):
-    result = plan(parse_scenario(scenario_dict))
+def new_index_decisions(result) -> Iterator[tuple[dict[str, Any], Any]]:
+    """Each explained ``new_index`` decision of the plan with the index it opened,
+    having checked that every candidate passed over, in any decision, has a
+    reason as data and that the index is on the decision's node."""
     indices = {
         (ns.namespace_id, r, i): index
         for ns in result.namespaces_in_order
@@ -263,26 +264,35 @@ def test_explanations_agree_with_the_plan(scenario_dict):
     }
     for ns in explain(result):
         for decision in ns["decisions"]:
-            # Every candidate passed over has at least one reason, as data.
             assert all(entry["reasons"] for entry in decision["passed_over"])
             if decision["kind"] == "new_index":
                 index = indices[
                     (ns["namespace_id"], decision["replica_idx"], decision["index_idx"])
                 ]
                 assert index.node_id == decision["node_id"]
-                # What the chosen node had then is what the index may grow to.
-                assert decision["available"]["disk"] == index.max_storage_bytes
                 assert decision["available"]["disk"] >= decision["requested"]["disk"]
-                positions = [n["id"] for n in scenario_dict["nodes"]]
-                if scenario_dict["options"].get("strategy") == "balanced":
-                    # Every other candidate: unusable with its reasons, or usable
-                    # with less of its room left.
-                    others = decision["passed_over"] + decision["not_best"]
-                    assert len(others) == len(positions) - 1
-                else:
-                    assert len(decision["passed_over"]) == positions.index(decision["node_id"])
-            elif decision["kind"] == "no_node":
-                assert len(decision["passed_over"]) == len(scenario_dict["nodes"])
+                yield decision, index
+
+
+@COMMON
+@given(scenarios(EITHER))
+def test_explanations_agree_with_the_plan(scenario_dict):
+    result = plan(parse_scenario(scenario_dict))
+    positions = [n["id"] for n in scenario_dict["nodes"]]
+    for decision, index in new_index_decisions(result):
+        # What the chosen node had then is what the index may grow to.
+        assert decision["available"]["disk"] == index.max_storage_bytes
+        if scenario_dict["options"].get("strategy") == "balanced":
+            # Every other candidate: unusable with its reasons, or usable
+            # with less of its room left.
+            others = decision["passed_over"] + decision["not_best"]
+            assert len(others) == len(positions) - 1
+        else:
+            assert len(decision["passed_over"]) == positions.index(decision["node_id"])
+    for ns in explain(result):
+        for decision in ns["decisions"]:
+            if decision["kind"] == "no_node":
+                assert len(decision["passed_over"]) == len(positions)
 
 
 RANDOM_SCENARIOS = 3000
