@@ -614,7 +614,7 @@ class _Run:
             finally:
                 exhausted.release()
             if guarded and ns_plan.errors:
-                # The disk ceiling made the namespace fail: GitLab's rule instead.
+                # It failed under the ceiling: planned again by GitLab's rule alone.
                 error = self._abandon_attempt(ns_plan, namespace)
                 try:
                     for replica_idx in range(desired - existing):

@@ -229,6 +229,7 @@ def render_text(explanations: Iterable[dict[str, Any]]) -> str:
 _CAUSES = {
     "first": "the replica's first index",
     "disk": "the last index was full on disk",
+    "disk_ceiling": "the last index reached its max_storage_bytes under the disk ceiling",
     "memory_ceiling": "the last index reached its max_memory_bytes",
     "memory_budget": "the last index's node ran out of memory budget",
 }

@@ -135,7 +135,7 @@ def catalog_rows(
     """Rows for ``do_bulk_upsert_catalog``: root groups by id → path, and projects as
     ``(project_id, root id, repository_size)`` (each gets a project namespace of its own,
     id ``10_000_000 + project_id``)."""
-    from zoekt.operator_actions import group_row, project_rows
+    from zoekt.catalog_rows import group_row, project_rows
 
     tables: tuple[list[dict], list[dict], list[dict]] = (
         [group_row(root_id, path) for root_id, path in roots.items()],

@@ -1,7 +1,7 @@
 """The catalog's rows as the bulk upsert takes them (plain dicts: no Django needed).
 
-``zoekt.operator_actions`` re-exports them; the demo's catalog and the
-benchmarks build their rows here.
+``zoekt.operator_actions.do_bulk_upsert_catalog`` takes them; the demo's
+catalog, the replays and the tests build their rows here.
 """
 
 from __future__ import annotations

@@ -227,3 +227,13 @@ def test_the_products_balanced_placement_keeps_the_small_fleet_within_1_5x(seed)
     assert data["options"]["order"] == "largest_first"
     load = claimed(plan_dict(data))
     assert max(load.values()) <= 1.5 * min(load.values())
+
+
+def test_a_rollover_at_the_disk_ceiling_says_so_in_the_explanation():
+    data = hot_and_small(max_index_storage_fraction=0.5)
+    data["options"]["memory"] = {"node_memory_budget_bytes": 10**6, "memory_ratio": 1}
+    result = plan(parse_scenario(data))
+    (hot,) = [ns for ns in explain(result) if ns["namespace_id"] == 20]
+    causes = [d["cause"] for d in hot["decisions"] if d["kind"] == "new_index"]
+    assert causes == ["first", "disk_ceiling", "disk_ceiling", "disk_ceiling"]
+    assert "under the disk ceiling" in render_text([hot])
