@@ -802,6 +802,9 @@ class NamespacePlanView:
     candidates: list[CandidateView] | None
     decisions: list[dict[str, Any]]
     decisions_total: int
+    #: Balanced runs: each kept new-index decision's node and score, and the best
+    #: usable nodes passed over with theirs.
+    scores: list[ScoreView] = dataclasses.field(default_factory=list)
 
     @property
     def verdict(self) -> str:
@@ -810,6 +813,15 @@ class NamespacePlanView:
         if self.warnings:
             return "warnings"
         return "ok"
+
+
+@dataclasses.dataclass(frozen=True)
+class ScoreView:
+    replica_idx: int
+    index_idx: int
+    node_name: str
+    score: float
+    runners_up: list[tuple[str, float]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -938,6 +950,17 @@ def plan_detail(
                 candidates=candidates,
                 decisions=[] if item is None else item["decisions"],
                 decisions_total=0 if item is None else item["decisions_total"],
+                scores=[
+                    ScoreView(
+                        d["replica_idx"],
+                        d["index_idx"],
+                        name(d["node_id"]),
+                        d["score"],
+                        [(name(r["node_id"]), r["score"]) for r in d.get("runners_up", ())],
+                    )
+                    for d in ([] if item is None else item["decisions"])
+                    if d.get("score") is not None
+                ],
             )
         )
     nodes = [_plan_node(node, name(node["id"])) for node in plan.get("nodes", [])]

@@ -152,6 +152,12 @@ def summary(
         "total_required_storage_bytes": plan.total_required_storage_bytes,
         "indices_planned": sum(len(node.indices) for node in plan.nodes),
         "buffer_factor": options.get("buffer_factor"),
+        # How the run placed: the strategy and the options that go with it.
+        "placement": {
+            "strategy": options.get("strategy") or "first_fit",
+            "order": options.get("order") or "given",
+            "max_index_storage_fraction": options.get("max_index_storage_fraction"),
+        },
         "memory": plan.bounds is not None,
         "bounds": bounds,
         "bounds_source": bounds_source,

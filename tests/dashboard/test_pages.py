@@ -200,6 +200,29 @@ def test_plan_page_shows_each_namespaces_decision_and_each_candidates_reason(
         assert f"{node.name} : passed over: insufficient unclaimed storage" in candidates
 
 
+def test_plan_page_shows_the_placement_and_each_balanced_choices_score(
+    admin_client, now, dry_run_plan
+):
+    fleet = build_fleet(3, 0)
+    plan = dry_run_plan((10**6,))
+    assert plan.summary["placement"] == {
+        "strategy": "balanced",
+        "order": "largest_first",
+        "max_index_storage_fraction": 0.25,
+    }
+    response = admin_client.get(reverse("dashboard-plan", args=[plan.id]))
+    text = page_text(response)
+    assert "balanced placement, largest first, an index at most 25.0% of its node" in text
+    (decision,) = plan.explanation[0]["decisions"]
+    taken = next(node.name for node in fleet.nodes if node.id == decision["node_id"])
+    others = sorted(node.name for node in fleet.nodes if node.id != decision["node_id"])
+    row = row_html(response, "data-namespace-id", plan.explanation[0]["namespace_id"])
+    line = f"index 0 of replica 0: {taken} scored {decision['score']:.3f}; next "
+    assert line in cell(row, "candidates")
+    for name in others:
+        assert name in cell(row, "candidates").split(line)[1]
+
+
 def test_plan_page_filters_and_pages_namespaces(admin_client, now, dry_run_plan):
     build_fleet(3, 0)
     plan = dry_run_plan(*[(10**6,)] * 3, (10**15,))
