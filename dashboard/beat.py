@@ -6,15 +6,13 @@ entry expires after its own interval, like every other.
 
 from __future__ import annotations
 
+from zoekt.beat import every
+
 #: One node history sample per node per this many seconds (``dashboard.history``).
 SAMPLE_INTERVAL_SECONDS = 300
 
 DASHBOARD_BEAT: dict[str, dict] = {
     # Node history (docs/dashboard.md, "History"): sample every node's disk and
     # memory into zoekt_node_samples, and prune what is past the retention.
-    "record-node-history": {
-        "task": "dashboard.record_node_history",
-        "schedule": float(SAMPLE_INTERVAL_SECONDS),
-        "options": {"expires": SAMPLE_INTERVAL_SECONDS},
-    },
+    "record-node-history": every("dashboard.record_node_history", SAMPLE_INTERVAL_SECONDS),
 }

@@ -4,20 +4,14 @@ moving what they chose on is this entry's. Plain data with no Django import."""
 
 from __future__ import annotations
 
+from zoekt.beat import every
+
 #: How often live moves are taken one step further (``eviction.moves``).
 ADVANCE_MOVES_SECONDS = 60
 #: How often the memory-pressure job reads the nodes (``eviction.memory_pressure``).
 MEMORY_PRESSURE_SECONDS = 300
 
 EVICTION_BEAT: dict[str, dict] = {
-    "advance-moves": {
-        "task": "eviction.advance_moves",
-        "schedule": float(ADVANCE_MOVES_SECONDS),
-        "options": {"expires": ADVANCE_MOVES_SECONDS},
-    },
-    "memory-pressure": {
-        "task": "eviction.memory_pressure",
-        "schedule": float(MEMORY_PRESSURE_SECONDS),
-        "options": {"expires": MEMORY_PRESSURE_SECONDS},
-    },
+    "advance-moves": every("eviction.advance_moves", ADVANCE_MOVES_SECONDS),
+    "memory-pressure": every("eviction.memory_pressure", MEMORY_PRESSURE_SECONDS),
 }

@@ -16,6 +16,7 @@ from dashboard.beat import DASHBOARD_BEAT
 from eviction.beat import EVICTION_BEAT
 from gitlab_sync.beat import GITLAB_BEAT
 from zoekt import jobmetrics
+from zoekt.beat import every
 from zoekt.scheduling.beat import SCHEDULING_BEAT
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "zoekt.settings")
@@ -33,35 +34,15 @@ task_postrun.connect(jobmetrics.on_postrun, weak=False)
 # Every entry expires after its own interval, so a backlog of missed ticks
 # never runs the same job several times in a row.
 BEAT_SCHEDULE = {
-    "refresh-buffer-factor": {
-        "task": "zoekt.refresh_buffer_factor",
-        "schedule": 3600.0,
-        "options": {"expires": 3600},
-    },
+    "refresh-buffer-factor": every("zoekt.refresh_buffer_factor", 3600),
     # Memory (docs/memory.md): opt-in auto-calibration of memory_ratio, and the
     # per-node estimated-vs-observed memory metrics as structured log records.
-    "calibrate-memory-ratio": {
-        "task": "zoekt.calibrate_memory_ratio",
-        "schedule": 3600.0,
-        "options": {"expires": 3600},
-    },
-    "log-node-memory": {
-        "task": "zoekt.log_node_memory",
-        "schedule": 60.0,
-        "options": {"expires": 60},
-    },
+    "calibrate-memory-ratio": every("zoekt.calibrate_memory_ratio", 3600),
+    "log-node-memory": every("zoekt.log_node_memory", 60),
     # Not GitLab's: failed tasks whose handle_task_failed message was lost (docs/reliability.md).
-    "sweep-failed-tasks": {
-        "task": "zoekt.sweep_failed_tasks",
-        "schedule": 600.0,
-        "options": {"expires": 600},
-    },
+    "sweep-failed-tasks": every("zoekt.sweep_failed_tasks", 600),
     # GitLab's RolloutWorker cron (*/10): select, plan and provision namespaces.
-    "rollout": {
-        "task": "zoekt.rollout",
-        "schedule": 600.0,
-        "options": {"expires": 600},
-    },
+    "rollout": every("zoekt.rollout", 600),
 }
 BEAT_SCHEDULE.update(SCHEDULING_BEAT)
 BEAT_SCHEDULE.update(DASHBOARD_BEAT)
