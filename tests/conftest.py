@@ -26,3 +26,33 @@ def now():
     """The clock frozen at a fixed instant; step it with ``clock.advance``."""
     with clock.frozen(NOW):
         yield NOW
+
+
+@pytest.fixture
+def make_fake_node(live_server, tmp_path):
+    """Fake nodes talking to the live server with its shared secret: ``make(name,
+    **config)`` starts one (seeded by the order made), and all are stopped after."""
+    from django.conf import settings
+
+    from simulator.fakenode import FakeNode, FakeNodeConfig
+
+    secret_file = tmp_path / "gitlab_shell_secret"
+    secret_file.write_text(settings.GITLAB_SHELL_SECRETS[0] + "\n")
+    nodes: list[FakeNode] = []
+
+    def make(name: str, **config) -> FakeNode:
+        options = {
+            "base_url": live_server.url,
+            "secret_file": secret_file,
+            "state_dir": tmp_path / "nodes",
+            "name": name,
+            "seed": len(nodes),
+            **config,
+        }
+        node = FakeNode(FakeNodeConfig(**options))
+        nodes.append(node)
+        return node
+
+    yield make
+    for node in nodes:
+        node.stop()

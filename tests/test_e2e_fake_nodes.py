@@ -16,9 +16,8 @@ import time
 from datetime import timedelta
 
 import pytest
-from django.conf import settings
 
-from simulator.fakenode import GIB, FakeNode, FakeNodeConfig, default_index_size
+from simulator.fakenode import GIB, FakeNode, default_index_size
 from tests.factories import (
     EnabledNamespaceFactory,
     GroupFactory,
@@ -39,29 +38,11 @@ LIVE = (Task.State.PENDING, Task.State.PROCESSING)
 
 
 @pytest.fixture
-def make_node(live_server, tmp_path):
-    secret_file = tmp_path / "gitlab_shell_secret"
-    secret_file.write_text(settings.GITLAB_SHELL_SECRETS[0] + "\n")
-    nodes: list[FakeNode] = []
-
+def make_node(make_fake_node):
     def make(name: str, **overrides) -> FakeNode:
-        options = {
-            "base_url": live_server.url,
-            "secret_file": secret_file,
-            "state_dir": tmp_path / "nodes",
-            "name": name,
-            "concurrency": 2,
-            "task_delay": (0.0, 0.02),
-            "seed": len(nodes),
-        }
-        options.update(overrides)
-        node = FakeNode(FakeNodeConfig(**options))
-        nodes.append(node)
-        return node
+        return make_fake_node(name, **{"concurrency": 2, "task_delay": (0.0, 0.02), **overrides})
 
-    yield make
-    for node in nodes:
-        node.stop()
+    return make
 
 
 @pytest.fixture

@@ -23,12 +23,11 @@ from __future__ import annotations
 
 import pytest
 import requests
-from django.conf import settings
 from django.contrib.auth import get_user_model
 from rest_framework.authtoken.models import Token
 
 from planner.tasks import rollout_task
-from simulator.fakenode import MIB, FakeNode, FakeNodeConfig
+from simulator.fakenode import MIB, FakeNode
 from tests.scheduling.conftest import set_setting
 from zoekt.celery import app as celery_app
 from zoekt.models import EnabledNamespace, Index, Node, Project, Replica, Repository, Task
@@ -70,25 +69,8 @@ def operator(live_server):
 
 
 @pytest.fixture
-def nodes(live_server, tmp_path):
-    secret_file = tmp_path / "gitlab_shell_secret"
-    secret_file.write_text(settings.GITLAB_SHELL_SECRETS[0] + "\n")
-    made = [
-        FakeNode(
-            FakeNodeConfig(
-                base_url=live_server.url,
-                secret_file=secret_file,
-                state_dir=tmp_path / "nodes",
-                name=name,
-                concurrency=4,
-                seed=i,
-            )
-        )
-        for i, name in enumerate(("zoekt-a", "zoekt-b"))
-    ]
-    yield made
-    for node in made:
-        node.stop()
+def nodes(make_fake_node):
+    return [make_fake_node(name, concurrency=4) for name in ("zoekt-a", "zoekt-b")]
 
 
 def catalog() -> dict:
