@@ -794,7 +794,10 @@ class _Run:
         total = sum(sizes) if rsizes is None else _INF
         data = (pnids, pids, sizes, rsizes, total)
         aware = self.aware
-        bind = self._ceiling_may_bind(sum(sizes) if rsizes is not None else total)
+        # (The sum is only needed with a fractional buffer factor and a ceiling.)
+        bind = self.disk_ceilings is not None and self._ceiling_may_bind(
+            total if rsizes is None else sum(sizes)
+        )
         ceilings = self.disk_ceilings if bind else None
         guarded = aware or bind
         if guarded:
