@@ -237,3 +237,36 @@ def test_a_rollover_at_the_disk_ceiling_says_so_in_the_explanation():
     causes = [d["cause"] for d in hot["decisions"] if d["kind"] == "new_index"]
     assert causes == ["first", "disk_ceiling", "disk_ceiling", "disk_ceiling"]
     assert "under the disk ceiling" in render_text([hot])
+
+
+@pytest.mark.parametrize(
+    ("fill", "budget", "target"),
+    [(0.93, True, 1.075), (0.5, True, 1.2), (0.5, False, 1.2)],
+    ids=["tight", "loose", "disk-only"],
+)
+def test_the_products_placement_meets_the_zipf_fleets_targets(fill, budget, target):
+    """``bench/placement.py``'s 20-node Zipf fleet: the busiest node over the lower
+    bound, under the issue's targets (first fit: 1.075×, 2.00× and 2.50×)."""
+    data = placement.zipf_fleet(fill)
+    if not budget:
+        data = {**data, "options": {**data["options"], "memory": None}}
+    scenario = placement.with_strategy(data, "balanced")
+    result = plan(parse_scenario(scenario), record_decisions=False)
+    assert not result.failures
+    if budget:
+        ratio = placement.memory_over_bound(result, scenario)
+    else:
+        ratio = placement.disk_over_bound(result, scenario)
+    assert ratio <= target
+    first = plan(parse_scenario(placement.with_strategy(data, "first_fit")), record_decisions=False)
+    measure = placement.memory_over_bound if budget else placement.disk_over_bound
+    assert measure(first, data) > ratio  # and better than first fit
+
+
+def test_the_products_placement_spreads_the_demos_catalog():
+    data = placement.demo_fleet()
+    scenario = placement.with_strategy(data, "balanced")
+    result = plan(parse_scenario(scenario), record_decisions=False)
+    assert placement.memory_over_bound(result, scenario) <= 1.1
+    first = plan(parse_scenario(placement.with_strategy(data, "first_fit")), record_decisions=False)
+    assert placement.memory_over_bound(first, data) > 1.2
