@@ -4,13 +4,8 @@ FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
 WORKDIR /app
 
-COPY pyproject.toml README.md ./
-COPY zoekt ./zoekt
-COPY planner ./planner
-COPY eviction ./eviction
-COPY api ./api
-COPY templates ./templates
-COPY manage.py Procfile ./
+# The whole build context, as .dockerignore leaves it: every app is copied without a list.
+COPY . .
 RUN pip install . && DJANGO_SECRET_KEY=build DATABASE_URL=postgres://build/build \
     REDIS_URL=redis://build:6379/0 DJANGO_STATIC_ROOT=/app/static \
     python manage.py collectstatic --no-input -v 0
@@ -19,4 +14,4 @@ ENV DJANGO_STATIC_ROOT=/app/static
 RUN useradd --system --home /app zoekt
 USER zoekt
 EXPOSE 8000
-CMD ["gunicorn", "zoekt.wsgi", "--bind", "0.0.0.0:8000", "--workers", "2", "--access-logfile", "-"]
+CMD ["gunicorn", "config.wsgi", "--bind", "0.0.0.0:8000", "--workers", "2", "--access-logfile", "-"]

@@ -21,29 +21,29 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 run: install
-	$(BIN)/python -m zoekt.devservers run
+	$(BIN)/python -m config.devservers run
 
 # Demo: seeded groups and projects, five fake nodes, the dashboard at /admin/dashboard/.
 demo: install
-	$(BIN)/python -m zoekt.devservers demo
+	$(BIN)/python -m config.devservers demo
 
 test: install lint
-	$(BIN)/python -m zoekt.devservers test -- $(PYTEST_ARGS)
+	$(BIN)/python -m config.devservers test -- $(PYTEST_ARGS)
 
 # The browser test writes its screenshots to its tmp dir; this copies them to
 # docs/screenshots/ (Chromium required: apt-get install chromium).
 screenshots: install
-	ZOEKT_REFRESH_SCREENSHOTS=1 $(BIN)/python -m zoekt.devservers test -- tests/browser/test_dashboard_browser.py
+	ZOEKT_REFRESH_SCREENSHOTS=1 $(BIN)/python -m config.devservers test -- tests/browser/test_dashboard_browser.py
 
 # Heartbeat benchmark (several minutes); figures go to docs/benchmarks.md.
 bench: install
-	$(BIN)/python -m zoekt.devservers exec -- $(BIN)/python bench/heartbeat.py $(BENCH_ARGS)
+	$(BIN)/python -m config.devservers exec -- $(BIN)/python bench/heartbeat.py $(BENCH_ARGS)
 
 # Generated requests: hypothesis, 2,500 per endpoint (10,000 in all), and schemathesis from
 # the OpenAPI schema, 300 per operation; the counts they print go to docs/reliability.md.
 # CI runs 150 per endpoint and 5 per operation.
 fuzz: install
-	ZOEKT_FUZZ_EXAMPLES=2500 ZOEKT_SCHEMA_EXAMPLES=300 $(BIN)/python -m zoekt.devservers test -- tests/api/test_fuzz.py tests/api/test_schemathesis.py -s -q
+	ZOEKT_FUZZ_EXAMPLES=2500 ZOEKT_SCHEMA_EXAMPLES=300 $(BIN)/python -m config.devservers test -- tests/api/test_fuzz.py tests/api/test_schemathesis.py -s -q
 
 # Faults on the whole stack (its own PostgreSQL and Redis): worker SIGKILLs, outages and
 # 1,000 nodes of load; about an hour together. Figures go to docs/reliability.md.
@@ -57,10 +57,10 @@ faults: install
 
 # The replays (about 40 minutes together): tables on stdout, charts in docs/replays/.
 replays: install
-	$(BIN)/python -m zoekt.devservers exec -- $(BIN)/python bench/replay_hot_namespace.py
-	$(BIN)/python -m zoekt.devservers exec -- $(BIN)/python bench/replay_lost_node.py
-	$(BIN)/python -m zoekt.devservers exec -- $(BIN)/python bench/replay_transient_spike.py
-	$(BIN)/python -m zoekt.devservers exec -- $(BIN)/python bench/replay_sustained_overfill.py
+	$(BIN)/python -m config.devservers exec -- $(BIN)/python bench/replay_hot_namespace.py
+	$(BIN)/python -m config.devservers exec -- $(BIN)/python bench/replay_lost_node.py
+	$(BIN)/python -m config.devservers exec -- $(BIN)/python bench/replay_transient_spike.py
+	$(BIN)/python -m config.devservers exec -- $(BIN)/python bench/replay_sustained_overfill.py
 
 lint: install
 	$(BIN)/ruff check .

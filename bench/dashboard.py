@@ -2,7 +2,7 @@
 
 Run it with PostgreSQL and Redis available::
 
-    python -m zoekt.devservers exec -- .venv/bin/python bench/dashboard.py
+    python -m config.devservers exec -- .venv/bin/python bench/dashboard.py
 
 In a scratch database ``<DATABASE_URL name>_dashboard_bench`` (dropped and
 created again, migrated) it seeds with COPY ``--nodes`` online search nodes

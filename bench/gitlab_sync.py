@@ -1,6 +1,6 @@
 """GitLab sweep benchmark: a full sweep of a fake GitLab of ``--projects`` projects.
 
-    python -m zoekt.devservers exec -- .venv/bin/python bench/gitlab_sync.py [--projects 100000]
+    python -m config.devservers exec -- .venv/bin/python bench/gitlab_sync.py [--projects 100000]
 
 The fake GitLab (``simulator.fakegitlab``) runs in a process of its own, serving over
 loopback HTTP: ``--groups`` top-level groups of four subgroups each, ``--users``

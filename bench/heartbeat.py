@@ -1,6 +1,6 @@
 """Heartbeat benchmark: the real endpoint beside a floor and a ceiling, then an open loop.
 
-Run it with ``make bench`` (or ``python -m zoekt.devservers exec -- python
+Run it with ``make bench`` (or ``python -m config.devservers exec -- python
 bench/heartbeat.py``), which provides PostgreSQL and Redis. It creates a
 scratch database ``<name>_bench``, starts gunicorn with the reference
 endpoints mounted, and drives it from separate client processes:
@@ -312,7 +312,7 @@ def start_server(env: dict, port: int, workers: int, log: Path | None = None) ->
             sys.executable,
             "-m",
             "gunicorn",
-            "zoekt.wsgi",
+            "config.wsgi",
             "--bind",
             f"127.0.0.1:{port}",
             "--workers",

@@ -1,6 +1,6 @@
 """Lifecycle benchmark: namespaces and projects from enable to all ready, on fake nodes.
 
-Run it with ``python -m zoekt.devservers exec -- .venv/bin/python bench/lifecycle.py``
+Run it with ``python -m config.devservers exec -- .venv/bin/python bench/lifecycle.py``
 (which provides PostgreSQL and Redis) or with ``DATABASE_URL`` and
 ``REDIS_URL`` set. Defaults: 1,000 namespaces of 50 projects each (50,000
 projects) on 10 fake nodes; ``--namespaces``, ``--projects-per-namespace``
@@ -202,7 +202,7 @@ def main() -> int:
     )
     os.environ.update({k: v for k, v in env.items() if k != "LOG_LEVEL"})
     os.environ["LOG_LEVEL"] = "WARNING"
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "zoekt.settings")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     import django
 
     django.setup()
@@ -210,8 +210,8 @@ def main() -> int:
     from django.db.models import Max, Min
     from rest_framework.authtoken.models import Token
 
+    from config.celery import app as celery_app
     from zoekt import app_settings
-    from zoekt.celery import app as celery_app
     from zoekt.models import EnabledNamespace, Node, Replica, Repository, Task
     from zoekt.scheduling.service import TASKS
 

@@ -2,7 +2,7 @@
 
 Run it with PostgreSQL and Redis available::
 
-    python -m zoekt.devservers exec -- .venv/bin/python bench/planner.py
+    python -m config.devservers exec -- .venv/bin/python bench/planner.py
 
 (1) End to end. In a scratch database ``<DATABASE_URL name>_bench`` (dropped
     and created again, migrated) it seeds with COPY a fleet of ``--nodes``

@@ -1,6 +1,6 @@
 """Replay: the seed's hot-namespace cluster, placed by disk only and memory-aware.
 
-Run it with ``python -m zoekt.devservers exec -- .venv/bin/python
+Run it with ``python -m config.devservers exec -- .venv/bin/python
 bench/replay_hot_namespace.py`` (or with ``DATABASE_URL`` and ``REDIS_URL``
 set); it uses the scratch database ``<name>_replay_hot``. Everything runs
 through ``simulator.replay``: the real API, planner, scheduling and

@@ -1,6 +1,6 @@
 """Replay: a node is lost; how many searches go dark, and how long until the fleet recovers.
 
-Run it with ``python -m zoekt.devservers exec -- .venv/bin/python
+Run it with ``python -m config.devservers exec -- .venv/bin/python
 bench/replay_lost_node.py`` (or with ``DATABASE_URL`` and ``REDIS_URL``
 set); it uses the scratch database ``<name>_replay_lost``. Everything runs
 through ``simulator.replay``: the real API, planner, scheduling, search

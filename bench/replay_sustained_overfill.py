@@ -1,6 +1,6 @@
 """Replay: a node that really fills and stays over the high watermark past the sustain period.
 
-Run it with ``python -m zoekt.devservers exec -- .venv/bin/python
+Run it with ``python -m config.devservers exec -- .venv/bin/python
 bench/replay_sustained_overfill.py``; it uses the scratch database
 ``<name>_replay_overfill``. The fleet, the settings and the columns are those
 of ``bench/replay_transient_spike.py``; here the 740 GiB written on ``zoekt-0``

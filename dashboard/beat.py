@@ -1,4 +1,4 @@
-"""Beat entry of the dashboard's one job, declared in code (merged into ``zoekt.celery``).
+"""Beat entry of the dashboard's one job, declared in code (merged into ``config.celery``).
 
 Plain data with no Django import: the Celery app reads it at start-up. The
 entry expires after its own interval, like every other.

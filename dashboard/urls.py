@@ -1,6 +1,6 @@
 """The dashboard's routes: its pages inside the admin, and the Prometheus exposition.
 
-``zoekt.urls`` mounts these before the admin, so the admin's catch-all does
+``config.urls`` mounts these before the admin, so the admin's catch-all does
 not take ``admin/dashboard/``. The URL names are the ones the templates and
 the admin's index reverse.
 """

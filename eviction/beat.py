@@ -1,5 +1,5 @@
 """Beat entries of the eviction package's own jobs, declared in code (merged into
-``zoekt.celery``). The three triggers are dispatched by the scheduling service;
+``config.celery``). The three triggers are dispatched by the scheduling service;
 moving what they chose on is this entry's. Plain data with no Django import."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Beat entries of the GitLab integration, declared in code (merged into ``zoekt.celery``).
+"""Beat entries of the GitLab integration, declared in code (merged into ``config.celery``).
 Plain data with no Django import."""
 
 from __future__ import annotations

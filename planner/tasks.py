@@ -1,6 +1,6 @@
 """The rollout job: thin, argument-free, one log line (GitLab's ``RolloutWorker``, 5.1).
 
-Beat runs it every 10 minutes (``rollout`` in ``zoekt.celery.BEAT_SCHEDULE``,
+Beat runs it every 10 minutes (``rollout`` in ``planner.beat``,
 expiring after its interval). It does nothing while indexing is disabled or
 paused. One run at a time: it takes the ``ROLLOUT`` advisory lock and a run
 that finds it held logs ``lock_held`` and returns. The whole run (clean-up,

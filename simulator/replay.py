@@ -214,10 +214,10 @@ class Replay:
     # --- set-up -------------------------------------------------------------------------
 
     def __enter__(self) -> Replay:
+        from celery import current_app as celery_app
         from django.conf import settings
 
         from zoekt import clock
-        from zoekt.celery import app as celery_app
 
         stack = self._stack = contextlib.ExitStack()
         if self._state_dir is None:

@@ -16,13 +16,25 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-#: The packages the rules cover.
-PACKAGES = ("zoekt", "planner", "eviction", "api", "gitlab_sync", "dashboard", "simulator")
+#: The packages the rules cover: the product's, the simulator, and the wiring.
+PACKAGES = (
+    "zoekt",
+    "planner",
+    "eviction",
+    "api",
+    "gitlab_sync",
+    "dashboard",
+    "simulator",
+    "config",
+)
+
+#: The product's packages (everything but the simulator and the wiring).
+PRODUCT = frozenset({"zoekt", "planner", "eviction", "api", "gitlab_sync", "dashboard"})
 
 #: What each package may import besides itself (``../shared/DESIGN.md``'s arrows):
 #: api → zoekt ← planner ← eviction; the dashboard reads the product; the simulator
-#: may use anything; nothing in the product imports the simulator, and nothing in
-#: zoekt imports upwards.
+#: may use anything but the wiring; nothing in the product imports the simulator,
+#: nothing imports the wiring, and nothing in zoekt imports upwards.
 ALLOWED: Mapping[str, frozenset[str]] = {
     "zoekt": frozenset(),
     "planner": frozenset({"zoekt"}),
@@ -31,13 +43,11 @@ ALLOWED: Mapping[str, frozenset[str]] = {
     # Following GitLab: it writes the catalog through zoekt's path, answers in api's shape.
     "gitlab_sync": frozenset({"zoekt", "api"}),
     "dashboard": frozenset({"zoekt", "planner", "eviction", "api", "gitlab_sync"}),
-    "simulator": frozenset({"zoekt", "planner", "eviction", "api", "gitlab_sync", "dashboard"}),
+    "simulator": PRODUCT,
+    # The wiring (settings, the Celery app and its beat, the URL root, the WSGI entry, the
+    # embedded servers' launcher) connects the apps: it may import every product package.
+    "config": PRODUCT,
 }
-
-#: The project's wiring in ``zoekt/``: it connects the apps, so it may import
-#: any of the product's packages (never the simulator).
-WIRING = frozenset({"zoekt.settings", "zoekt.urls", "zoekt.wsgi", "zoekt.celery"})
-WIRING_ALLOWED = frozenset({"zoekt", "planner", "eviction", "api", "gitlab_sync", "dashboard"})
 
 
 @dataclasses.dataclass(frozen=True, order=True)
@@ -118,8 +128,6 @@ def forbidden_arrow(importer: str, imported: str) -> bool:
     source, target = _package(importer), _package(imported)
     if source == target:
         return False
-    if importer in WIRING:
-        return target not in WIRING_ALLOWED
     return target not in ALLOWED.get(source, frozenset())
 
 

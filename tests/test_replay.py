@@ -154,7 +154,7 @@ def test_a_lost_node_darkens_its_namespaces_until_it_is_replaced():
 
 
 def test_the_replay_restores_the_clock_and_celery_on_exit():
-    from zoekt.celery import app as celery_app
+    from config.celery import app as celery_app
 
     before = celery_app.conf.task_always_eager
     with make_replay() as replay:

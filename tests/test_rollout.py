@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import structlog
 
+from config.celery import BEAT_SCHEDULE
 from planner import selection
 from planner import tasks as planner_tasks
 from planner.rollout import (
@@ -33,7 +34,6 @@ from tests.factories import (
 )
 from tests.locking import session_lock_held_elsewhere
 from zoekt import app_settings, clock
-from zoekt.celery import BEAT_SCHEDULE
 from zoekt.locks import LockKey
 from zoekt.models import EnabledNamespace, Index, Node, Replica
 
@@ -341,10 +341,10 @@ def test_the_job_is_named_and_scheduled_every_ten_minutes():
 
 def test_celery_autodiscovers_the_rollout_job():
     code = (
-        "import django; django.setup(); from zoekt.celery import app; "
+        "import django; django.setup(); from config.celery import app; "
         "app.loader.import_default_modules(); print('zoekt.rollout' in app.tasks)"
     )
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "zoekt.settings"}
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings"}
     done = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
     )

@@ -174,3 +174,22 @@ def observed_buffer_factor(
     if used_storage_bytes <= 0 or repository_size <= 0:
         return float(fallback)
     return used_storage_bytes / repository_size
+
+
+# --- Memory: the same watermark arithmetic on RSS ÷ budget -----------------------------------
+
+#: Memory watermarks on ``rss_bytes / budget`` (the disk limits' values, reference 4.1).
+MEMORY_WATERMARK_LIMIT_LOW = 0.60
+MEMORY_WATERMARK_LIMIT_HIGH = 0.75
+MEMORY_WATERMARK_LIMIT_CRITICAL = 0.85
+
+
+def memory_percent_used(rss_bytes: int | None, budget_bytes: int | None) -> float | None:
+    """RSS ÷ budget, or None without an RSS report or a positive budget."""
+    if rss_bytes is None or not budget_bytes:
+        return None
+    return rss_bytes / budget_bytes
+
+
+def memory_watermark_limits() -> tuple[float, float, float]:
+    return MEMORY_WATERMARK_LIMIT_LOW, MEMORY_WATERMARK_LIMIT_HIGH, MEMORY_WATERMARK_LIMIT_CRITICAL

@@ -1,7 +1,7 @@
 """How long each job runs, kept in Redis for ``/metrics``.
 
 Every Celery job run is timed by two signal handlers (``task_prerun`` and
-``task_postrun``, connected by ``zoekt.celery``) and added to five Redis
+``task_postrun``, connected by ``config.celery``) and added to five Redis
 hashes keyed by the cache's prefix, in one round trip: runs, failed runs,
 seconds in all, and the duration and end time of the last run. Redis, not the
 process, holds them because jobs run in the workers and ``/metrics`` is
@@ -106,7 +106,7 @@ def reset() -> None:
     _redis().delete(*(_key(field) for field in FIELDS))
 
 
-# --- Celery signals (connected in zoekt.celery) ---------------------------------------------
+# --- Celery signals (connected in config.celery) ---------------------------------------------
 
 
 def on_prerun(task_id: str | None = None, **_: Any) -> None:

@@ -55,16 +55,19 @@ from django.db import connection
 from django.db.models import Sum
 
 from zoekt import app_settings, capacity, clock
-from zoekt.capacity import NodeWatermark
+
+# The watermark arithmetic on RSS ÷ budget is pure and lives beside the disk's.
+from zoekt.capacity import (
+    MEMORY_WATERMARK_LIMIT_HIGH,
+    NodeWatermark,
+    memory_percent_used,
+    memory_watermark_limits,
+)
 from zoekt.reasons import Reason
 from zoekt.search_health import parse_version
 
 GIB = 1024**3
 
-#: Memory watermarks on ``rss_bytes / budget`` (the disk limits' values, reference 4.1).
-MEMORY_WATERMARK_LIMIT_LOW = 0.60
-MEMORY_WATERMARK_LIMIT_HIGH = 0.75
-MEMORY_WATERMARK_LIMIT_CRITICAL = 0.85
 
 #: A node's reported memory limit (source B) is used from this Zoekt version on:
 #: the release that reports ``process_health`` at all (GitLab's
@@ -157,17 +160,6 @@ def planning_budget(metadata: Mapping[str, Any] | None, configured: int | None) 
     if configured is None:
         return None
     return memory_budget(metadata, configured)[0]
-
-
-def memory_percent_used(rss_bytes: int | None, budget_bytes: int | None) -> float | None:
-    """RSS ÷ budget, or None without an RSS report or a positive budget."""
-    if rss_bytes is None or not budget_bytes:
-        return None
-    return rss_bytes / budget_bytes
-
-
-def memory_watermark_limits() -> tuple[float, float, float]:
-    return MEMORY_WATERMARK_LIMIT_LOW, MEMORY_WATERMARK_LIMIT_HIGH, MEMORY_WATERMARK_LIMIT_CRITICAL
 
 
 def memory_watermark(percent_used: float | None) -> NodeWatermark | None:

@@ -199,10 +199,10 @@ def test_with_no_secret_configured_every_token_is_refused(node_api, now, setting
 
 def test_the_web_server_refuses_to_start_without_a_secret():
     env = {key: value for key, value in os.environ.items() if key != "GITLAB_SHELL_SECRET_FILE"}
-    env["DJANGO_SETTINGS_MODULE"] = "zoekt.settings"
+    env["DJANGO_SETTINGS_MODULE"] = "config.settings"
 
     result = subprocess.run(
-        [sys.executable, "-c", "import zoekt.wsgi"],
+        [sys.executable, "-c", "import config.wsgi"],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -219,10 +219,10 @@ def test_the_web_server_starts_with_a_secret(tmp_path):
     secret_file = tmp_path / "secret"
     secret_file.write_text("s3cret\n")
     env = {**os.environ, "GITLAB_SHELL_SECRET_FILE": str(secret_file)}
-    env["DJANGO_SETTINGS_MODULE"] = "zoekt.settings"
+    env["DJANGO_SETTINGS_MODULE"] = "config.settings"
 
     result = subprocess.run(
-        [sys.executable, "-c", "import zoekt.wsgi"],
+        [sys.executable, "-c", "import config.wsgi"],
         cwd=ROOT,
         env=env,
         capture_output=True,

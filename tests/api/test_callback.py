@@ -596,7 +596,7 @@ def test_a_failed_task_whose_message_was_lost_is_handled_by_the_sweeper(
 def test_with_the_broker_down_a_final_failure_is_acknowledged_and_swept_later(
     node_api, node, index_task, django_capture_on_commit_callbacks, caplog
 ):
-    from zoekt.celery import app
+    from config.celery import app
 
     Task.objects.filter(pk=index_task.pk).update(retries_left=1)
     saved = app.conf.broker_url

@@ -26,9 +26,9 @@ from rest_framework.authtoken.models import Token
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import content_type_conformance, status_code_conformance
 
+from config.wsgi import application
 from tests.api.helpers import ERROR_KEYS, NodeAPI, db_snapshot, make_repository, make_task
 from zoekt.models import EnabledNamespace, Move, Namespace, Project, Task
-from zoekt.wsgi import application
 
 EXAMPLES = int(os.environ.get("ZOEKT_SCHEMA_EXAMPLES", "5"))
 #: What each run saw, by operation and status (printed at the end for the figures).

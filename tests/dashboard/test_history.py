@@ -10,6 +10,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
+from config.celery import BEAT_SCHEDULE
 from dashboard import charts, history
 from dashboard.beat import DASHBOARD_BEAT
 from dashboard.models import NodeSample
@@ -17,7 +18,6 @@ from dashboard.tasks import record_node_history_task
 from tests.dashboard.builders import GIB, build_fleet
 from tests.factories import NodeFactory
 from zoekt import app_settings, clock, memory
-from zoekt.celery import BEAT_SCHEDULE
 from zoekt.models import Node
 
 pytestmark = pytest.mark.django_db

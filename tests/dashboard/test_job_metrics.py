@@ -8,10 +8,10 @@ import pytest
 import redis
 from celery import shared_task
 
+from config.celery import app as celery_app
 from planner.models import RolloutPlan
 from tests.dashboard.test_metrics import scrape
 from zoekt import jobmetrics
-from zoekt.celery import app as celery_app
 from zoekt.scheduling.tasks import run_scheduled_task
 
 pytestmark = pytest.mark.django_db

@@ -76,7 +76,7 @@ def _kill_inside(step: str, arg: str, tmp_path: Path) -> None:
         **os.environ,
         "DATABASE_URL": _test_database_url(),
         "DJANGO_SECRET_KEY": settings.SECRET_KEY,
-        "DJANGO_SETTINGS_MODULE": "zoekt.settings",
+        "DJANGO_SETTINGS_MODULE": "config.settings",
     }
     env.pop("DJANGO_SECRET_KEY_FILE", None)
     child = subprocess.Popen(

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
+from config.celery import app as celery_app
 from gitlab_sync import sweep
 from simulator.fakegitlab import FakeGitLab, serve
 from simulator.fakenode import FakeNode
 from zoekt import app_settings
-from zoekt.celery import app as celery_app
 from zoekt.models import Project, Repository
 from zoekt.operator_actions import do_enable_namespace
 from zoekt.search_plans import gitlab_plan

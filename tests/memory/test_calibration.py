@@ -6,10 +6,10 @@ from datetime import timedelta
 
 import pytest
 
+from config.celery import BEAT_SCHEDULE
 from tests.locking import advisory_lock_held_elsewhere
 from tests.memory.helpers import GIB, capture, node, placed, records, set_setting
 from zoekt import app_settings, memory
-from zoekt.celery import BEAT_SCHEDULE
 from zoekt.locks import LockKey
 from zoekt.models import ApplicationSetting, Index
 from zoekt.tasks import calibrate_memory_ratio_task, log_node_memory_task

@@ -17,11 +17,11 @@ import pytest
 from django.db import connection
 from django.db.models import Count
 
+from config.celery import app as celery_app
 from tests.factories import GIB, IndexFactory, NodeFactory, ReplicaFactory
 from tests.scheduling import builders
 from tests.scheduling.conftest import set_setting
 from zoekt import clock
-from zoekt.celery import app as celery_app
 from zoekt.models import EnabledNamespace, Index, Node, Replica, Repository, Task
 from zoekt.scheduling import events, tasks
 

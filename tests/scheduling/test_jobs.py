@@ -8,10 +8,10 @@ import logging
 import pytest
 from django.core.cache import cache
 
+from config.celery import BEAT_SCHEDULE
 from tests.factories import IndexFactory, RepositoryFactory
 from tests.locking import advisory_lock_held_elsewhere
 from tests.scheduling.conftest import set_setting
-from zoekt.celery import BEAT_SCHEDULE
 from zoekt.locks import LockKey
 from zoekt.models import Index, Repository
 from zoekt.reasons import Reason

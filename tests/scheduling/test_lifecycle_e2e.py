@@ -26,10 +26,10 @@ import requests
 from django.contrib.auth import get_user_model
 from rest_framework.authtoken.models import Token
 
+from config.celery import app as celery_app
 from planner.tasks import rollout_task
 from simulator.fakenode import MIB, FakeNode
 from tests.scheduling.conftest import set_setting
-from zoekt.celery import app as celery_app
 from zoekt.models import EnabledNamespace, Index, Node, Project, Replica, Repository, Task
 from zoekt.scheduling.service import TASKS
 from zoekt.scheduling.tasks import run_scheduled_task

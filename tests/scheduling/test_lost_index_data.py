@@ -18,12 +18,12 @@ from datetime import timedelta
 
 import pytest
 
+from config.celery import BEAT_SCHEDULE
+from config.celery import app as celery_app
 from tests.factories import NodeFactory
 from tests.scheduling import builders
 from tests.scheduling.conftest import set_setting
 from zoekt import actions, clock
-from zoekt.celery import BEAT_SCHEDULE
-from zoekt.celery import app as celery_app
 from zoekt.models import Index, Node, Replica, Repository, Task
 from zoekt.reasons import Reason
 from zoekt.scheduling import handlers

@@ -17,11 +17,11 @@ import shutil
 import pytest
 from django.conf import settings
 
+from config.celery import app as celery_app
 from planner.tasks import rollout_task
 from simulator.fakenode import MIB, FakeNode, FakeNodeConfig
 from tests.scheduling.conftest import set_setting
 from zoekt import operator_actions
-from zoekt.celery import app as celery_app
 from zoekt.models import Index, Node, Project, Repository
 from zoekt.reasons import Reason
 from zoekt.scheduling.lost_index_data import (

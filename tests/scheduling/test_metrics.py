@@ -6,8 +6,8 @@ from datetime import timedelta
 
 import pytest
 
+from config.celery import BEAT_SCHEDULE
 from tests.factories import IndexFactory, NodeFactory, TaskFactory
-from zoekt.celery import BEAT_SCHEDULE
 from zoekt.models import Index, Task
 from zoekt.reasons import Reason
 from zoekt.scheduling.tasks import log_metrics_task

@@ -1,4 +1,4 @@
-"""Beat entries of the scheduling jobs, declared in code (merged into ``zoekt.celery``).
+"""Beat entries of the scheduling jobs, declared in code (merged into ``config.celery``).
 
 Plain data with no Django import: the Celery app reads it at start-up.
 Every entry expires after its own interval.

@@ -1,10 +1,10 @@
-"""WSGI entry point for gunicorn (``gunicorn zoekt.wsgi``)."""
+"""WSGI entry point for gunicorn (``gunicorn config.wsgi``)."""
 
 import os
 
 from django.core.wsgi import get_wsgi_application
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "zoekt.settings")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
 application = get_wsgi_application()
 

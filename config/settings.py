@@ -101,10 +101,15 @@ DATABASES["default"]["TEST"]["NAME"] = env_str("DATABASE_TEST_NAME") or (
     f"test_{DATABASES['default']['NAME']}"
 )
 
+# The logical databases of the one Redis server: the broker's and the cache's. They are
+# named here, never read back from a URL (a unix socket's URL carries no path database).
+REDIS_BROKER_DB = int(os.environ.get("REDIS_BROKER_DB", "0"))
+REDIS_CACHE_DB = int(os.environ.get("REDIS_CACHE_DB", "1"))
+
 CACHES = {
     "default": {
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
-        "LOCATION": redis_url_with_db(REDIS_URL, int(os.environ.get("REDIS_CACHE_DB", "1"))),
+        "LOCATION": redis_url_with_db(REDIS_URL, REDIS_CACHE_DB),
         # Keyed by database by default: two control planes sharing a Redis server (a demo
         # beside a test run, staging beside production) never read each other's settings.
         "KEY_PREFIX": os.environ.get("REDIS_KEY_PREFIX")
@@ -148,8 +153,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 
-ROOT_URLCONF = "zoekt.urls"
-WSGI_APPLICATION = "zoekt.wsgi.application"
+ROOT_URLCONF = "config.urls"
+WSGI_APPLICATION = "config.wsgi.application"
 
 TEMPLATES = [
     {
@@ -208,11 +213,9 @@ SPECTACULAR_SETTINGS = {
 }
 
 # --- Celery -----------------------------------------------------------------
-# Beat entries are declared in code (zoekt.celery.BEAT_SCHEDULE) and stored
+# Beat entries are declared in code (config.celery.BEAT_SCHEDULE) and stored
 # by django-celery-beat's database scheduler, where the admin can edit them.
-CELERY_BROKER_URL = redis_url_for_celery(
-    redis_url_with_db(REDIS_URL, int(os.environ.get("REDIS_BROKER_DB", "0")))
-)
+CELERY_BROKER_URL = redis_url_for_celery(redis_url_with_db(REDIS_URL, REDIS_BROKER_DB))
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TIMEZONE = "UTC"
@@ -257,7 +260,7 @@ def _read_secret_files(name: str) -> list[str]:
     return secrets_found
 
 
-# The web server refuses to start without one (zoekt.wsgi and the system
+# The web server refuses to start without one (config.wsgi and the system
 # check api.E001); workers and one-off commands do not need it.
 GITLAB_SHELL_SECRETS = _read_secret_files("GITLAB_SHELL_SECRET_FILE")
 # The longest a node token may live (exp - iat); a leaked token expires by then.

