@@ -181,7 +181,10 @@ USE_I18N = False
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = Path(os.environ.get("DJANGO_STATIC_ROOT", BASE_DIR / "var" / "static"))
+# Local state of `make run` (embedded servers, secrets, collected static files);
+# config.devservers reads the same variable.
+VAR_DIR = Path(os.environ.get("ZOEKT_VAR_DIR") or BASE_DIR / "var")
+STATIC_ROOT = Path(os.environ.get("DJANGO_STATIC_ROOT") or VAR_DIR / "static")
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
@@ -306,6 +309,8 @@ ZOEKT_BENCH_ENDPOINTS = env_bool("ZOEKT_BENCH_ENDPOINTS", False)
 # GitLab raises the node high/critical disk watermarks to 0.98/0.99 in its
 # development environment; ZOEKT_DEVELOPMENT_WATERMARKS mirrors that switch.
 ZOEKT_DEVELOPMENT_WATERMARKS = env_bool("ZOEKT_DEVELOPMENT_WATERMARKS", False)
+# Runs the fleet's one clock (zoekt.clock) this far ahead of wall time: a simulation.
+ZOEKT_CLOCK_OFFSET_SECONDS = float(os.environ.get("ZOEKT_CLOCK_OFFSET_SECONDS") or 0)
 # How long the application-settings row is cached in Redis.
 ZOEKT_SETTINGS_CACHE_SECONDS = int(os.environ.get("ZOEKT_SETTINGS_CACHE_SECONDS", "10"))
 

@@ -54,8 +54,8 @@ def test_frozen_needs_an_aware_time():
         pass
 
 
-def test_the_offset_runs_every_thread_ahead_of_wall_time(monkeypatch):
-    monkeypatch.setenv("ZOEKT_CLOCK_OFFSET_SECONDS", str(12 * 3600))
+def test_the_offset_runs_every_thread_ahead_of_wall_time(settings):
+    settings.ZOEKT_CLOCK_OFFSET_SECONDS = 12 * 3600
     ahead = (clock.now() - datetime.now(UTC)).total_seconds()
     assert 12 * 3600 - 5 < ahead < 12 * 3600 + 5
     seen = []

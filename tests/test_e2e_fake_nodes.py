@@ -46,13 +46,13 @@ def make_node(make_fake_node):
 
 
 @pytest.fixture
-def clock_offset(monkeypatch):
+def clock_offset(settings):
     """Move the server's (and the test's) clock forward by setting the offset."""
 
     def set_offset(seconds: float) -> None:
-        monkeypatch.setenv("ZOEKT_CLOCK_OFFSET_SECONDS", str(seconds))
+        settings.ZOEKT_CLOCK_OFFSET_SECONDS = float(seconds)
 
-    monkeypatch.delenv("ZOEKT_CLOCK_OFFSET_SECONDS", raising=False)
+    settings.ZOEKT_CLOCK_OFFSET_SECONDS = 0.0
     return set_offset
 
 

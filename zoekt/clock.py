@@ -3,13 +3,14 @@
 Online and lost thresholds, debounces, sustain periods and cooldowns all ask
 ``clock.now()``, never ``timezone.now()`` directly. Tests freeze or step it
 (``clock.frozen(t)``, ``clock.advance(seconds)``); a simulation can run the
-whole fleet ahead of wall time with ``ZOEKT_CLOCK_OFFSET_SECONDS``.
+whole fleet ahead of wall time with the ``ZOEKT_CLOCK_OFFSET_SECONDS`` setting
+(read from the environment in ``config/settings.py``; every thread reads the
+setting on each call, so a test or a replay can move it while servers run).
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -20,7 +21,12 @@ _state = threading.local()
 
 
 def _offset() -> timedelta:
-    return timedelta(seconds=float(os.environ.get("ZOEKT_CLOCK_OFFSET_SECONDS", "0") or 0))
+    # Imported here: the clock is imported by pure modules, which load no Django.
+    from django.conf import settings
+
+    if not settings.configured:
+        return timedelta(0)
+    return timedelta(seconds=getattr(settings, "ZOEKT_CLOCK_OFFSET_SECONDS", 0.0))
 
 
 def now() -> datetime:

@@ -16,7 +16,7 @@ tasks they are handed and call back over HTTP.
    rollout re-plans the namespace on the other node, which indexes it.
 
 The live server runs in another thread, so time moves with
-``ZOEKT_CLOCK_OFFSET_SECONDS`` (read by ``zoekt.clock`` in every thread).
+the ``ZOEKT_CLOCK_OFFSET_SECONDS`` setting (read by ``zoekt.clock`` in every thread).
 """
 
 from __future__ import annotations
@@ -47,11 +47,11 @@ def eager_celery(monkeypatch):
 
 
 @pytest.fixture
-def clock_offset(monkeypatch):
+def clock_offset(settings):
     def set_offset(seconds: float) -> None:
-        monkeypatch.setenv("ZOEKT_CLOCK_OFFSET_SECONDS", str(seconds))
+        settings.ZOEKT_CLOCK_OFFSET_SECONDS = float(seconds)
 
-    monkeypatch.delenv("ZOEKT_CLOCK_OFFSET_SECONDS", raising=False)
+    settings.ZOEKT_CLOCK_OFFSET_SECONDS = 0.0
     return set_offset
 
 

@@ -88,15 +88,15 @@ def eager_celery(monkeypatch):
 
 
 @pytest.fixture
-def later(monkeypatch):
+def later(settings):
     """Move every thread's clock (the live server's too) forward by ``seconds``."""
     offset = [0.0]
 
     def advance(seconds: float) -> None:
         offset[0] += seconds
-        monkeypatch.setenv("ZOEKT_CLOCK_OFFSET_SECONDS", str(offset[0]))
+        settings.ZOEKT_CLOCK_OFFSET_SECONDS = offset[0]
 
-    monkeypatch.delenv("ZOEKT_CLOCK_OFFSET_SECONDS", raising=False)
+    settings.ZOEKT_CLOCK_OFFSET_SECONDS = 0.0
     return advance
 
 
