@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
@@ -12,13 +13,18 @@ from zoekt import app_settings, clock
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 
 
-@pytest.fixture(autouse=True)
-def _clean_cache():
+def clean_cache() -> Iterator[None]:
+    """The Redis cache and the settings row's cache, emptied before and after a test."""
     cache.clear()
     app_settings.invalidate()
     yield
     cache.clear()
     app_settings.invalidate()
+
+
+@pytest.fixture(autouse=True)
+def _clean_cache():
+    yield from clean_cache()
 
 
 @pytest.fixture

@@ -20,10 +20,10 @@ from django.conf import settings
 
 from eviction import actions as eviction
 from eviction import moves
+from tests.config.test_celery_integration import _test_database_url
 from tests.eviction.conftest import beat, ready_namespace
 from tests.eviction.test_moves import HOUR, _finish_indexing, _keep_online, _targets
 from tests.factories import GIB, NodeFactory
-from tests.test_celery_integration import _test_database_url
 from zoekt import app_settings, clock
 from zoekt.models import Index, Move, Replica, Repository
 

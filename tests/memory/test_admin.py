@@ -7,7 +7,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from tests.memory.helpers import GIB, node, placed, set_setting
-from tests.test_admin import node_list, row_of, url
+from tests.zoekt.test_admin import node_list, row_of, url
 from zoekt import app_settings
 from zoekt.admin import human_bytes
 from zoekt.models import Node

@@ -25,7 +25,7 @@ from config.celery import BEAT_SCHEDULE
 from tests.factories import IndexFactory, ReplicaFactory
 from zoekt.models import Index, Replica
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
 

@@ -10,7 +10,7 @@ import pytest
 from django.contrib import admin
 from django.urls import reverse
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.django_db

@@ -37,7 +37,7 @@ from zoekt import app_settings, clock
 from zoekt.locks import LockKey
 from zoekt.models import EnabledNamespace, Index, Node, Replica
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.django_db
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from simulator.fakenode import GIB, MIB
-from tests.test_replay import HOT, make_replay, small_catalog
+from tests.simulator.test_replay import HOT, make_replay, small_catalog
 from zoekt.models import Index, Move, Namespace
 from zoekt.search_targets import search_targets_many
 

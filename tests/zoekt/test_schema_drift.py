@@ -19,7 +19,7 @@ from django.db import connection
 
 from zoekt import models as zoekt_models
 
-FIXTURE = Path(__file__).parent / "fixtures" / "gitlab_zoekt_schema.json"
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "gitlab_zoekt_schema.json"
 SCHEMA = json.loads(FIXTURE.read_text())
 TABLES: dict[str, dict] = SCHEMA["tables"]
 ENUMS: dict[str, dict] = SCHEMA["enums"]
