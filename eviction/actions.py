@@ -40,7 +40,7 @@ from django.db.models import F
 from eviction import moves
 from eviction import policy as p
 from eviction.models import EvictionDecision
-from zoekt import actions, app_settings, buffer_factor, capacity, clock
+from zoekt import actions, app_settings, buffer_factor, capacity, clock, transitions
 from zoekt.logging import get_logger
 from zoekt.models import EnabledNamespace, Index, Move, Namespace, Node, Replica
 from zoekt.reasons import Reason
@@ -302,11 +302,8 @@ def do_apply_decision(
         else:
             # GitLab's walk (legacy) re-marks evicted and orphaned indices too;
             # the safeguards chose ready ones only (re-checked above).
-            marking = Index.objects.filter(id__in=[c.index_id for c in chosen]).exclude(
-                state=Index.State.PENDING_EVICTION
-            )
-            details["indices_marked_pending_eviction"] = marking.update(
-                state=Index.State.PENDING_EVICTION, updated_at=now
+            details["indices_marked_pending_eviction"] = transitions.mark_indices_pending_eviction(
+                Index.objects.filter(id__in=[c.index_id for c in chosen]), now=now
             )
         namespace_ids = list(decision.namespace_ids) or sorted({c.namespace_id for c in chosen})
         row = _new_row(

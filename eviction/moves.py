@@ -51,7 +51,7 @@ from django.db.models import Count
 from eviction import resplit
 from eviction.resplit import Carve, carved_repositories, create_carve, narrowed
 from planner.filters import share_left
-from zoekt import actions, app_settings, capacity, clock, memory
+from zoekt import actions, app_settings, capacity, clock, memory, transitions
 from zoekt.logging import get_logger
 from zoekt.models import EnabledNamespace, Index, Move, Node, Replica, Repository, Task
 from zoekt.reasons import Reason
@@ -634,10 +634,8 @@ def _narrow(source: Index, carve: Carve, now: datetime) -> dict[str, Any]:
         else:
             metadata[key] = value
     Index.objects.filter(id=source.id).update(metadata=metadata, updated_at=now)
-    leaving = (
-        carved_repositories(source, carve)
-        .exclude(state__in=(Repository.State.PENDING_DELETION, Repository.State.DELETED))
-        .update(state=Repository.State.PENDING_DELETION, updated_at=now)
+    leaving = transitions.mark_repositories_pending_deletion(
+        carved_repositories(source, carve), now=now
     )
     return {"source_narrowed_to": [low, high], "repositories_leaving_source": leaving}
 

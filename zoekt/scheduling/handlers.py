@@ -26,7 +26,7 @@ from typing import Any
 from django.db import connection, transaction
 from django.db.models import Exists, OuterRef, QuerySet
 
-from zoekt import actions, app_settings, clock
+from zoekt import actions, app_settings, clock, transitions
 from zoekt.models import EnabledNamespace, Index, Namespace, Node, Repository, Task
 from zoekt.reasons import Reason
 from zoekt.scheduling.task_creation import create_bulk_tasks
@@ -75,8 +75,14 @@ def id_batches(queryset, size: int) -> Iterator[list[int]]:
         after = batch[-1]
 
 
-def _set_state_in_batch(model, scope: Callable[[QuerySet], QuerySet], limit: int, state) -> int:
-    """Set ``state`` on up to ``limit`` rows of ``scope`` (lowest ids first); returns the count.
+def _mark_in_batch(
+    model,
+    scope: Callable[[QuerySet], QuerySet],
+    limit: int,
+    mark: Callable[..., int],
+) -> int:
+    """Apply the transition ``mark`` (``zoekt.transitions``) to up to ``limit`` rows of
+    ``scope`` (lowest ids first); returns the count.
 
     The scope is applied again in the UPDATE, so a row that left it since it
     was picked is not touched.
@@ -84,7 +90,7 @@ def _set_state_in_batch(model, scope: Callable[[QuerySet], QuerySet], limit: int
     ids = _ids(scope(model.objects.all()), limit)
     if not ids:
         return 0
-    return scope(model.objects.filter(id__in=ids)).update(state=state, updated_at=clock.now())
+    return mark(scope(model.objects.filter(id__in=ids)), now=clock.now())
 
 
 # ----------------------------------------------------------------------------
@@ -158,8 +164,8 @@ def initialize_index(index_id: int) -> Result:
                 capped = True
                 break
         if not capped:
-            Index.objects.filter(pk=index.id, state=Index.State.PENDING).update(
-                state=Index.State.INITIALIZING, updated_at=now
+            transitions.mark_indices_initializing(
+                Index.objects.filter(pk=index.id, state=Index.State.PENDING), now=now
             )
     return {
         **base,
@@ -224,11 +230,11 @@ def reindex_repos(node_id: int) -> Result:
 
 def orphan_repos() -> Result:
     """Mark up to 1,000 repositories without a project ``orphaned``; re-emit at exactly 1,000."""
-    updated = _set_state_in_batch(
+    updated = _mark_in_batch(
         Repository,
         lambda rows: rows.should_be_marked_as_orphaned(),
         ORPHANED_REPO_BATCH_SIZE,
-        Repository.State.ORPHANED,
+        transitions.mark_repositories_orphaned,
     )
     return {"repositories_marked_orphaned": updated, "re_emit": updated == ORPHANED_REPO_BATCH_SIZE}
 
@@ -279,11 +285,11 @@ def delete_repos() -> Result:
 
 def orphan_indices() -> Result:
     """Mark up to 1,000 indices without an enabled namespace or replica ``orphaned``."""
-    updated = _set_state_in_batch(
+    updated = _mark_in_batch(
         Index,
         lambda rows: rows.should_be_marked_as_orphaned(),
         ORPHANED_INDEX_BATCH_SIZE,
-        Index.State.ORPHANED,
+        transitions.mark_indices_orphaned,
     )
     return {"indices_marked_orphaned": updated, "re_emit": False}
 
@@ -294,11 +300,11 @@ def mark_indices_ready() -> Result:
     The condition is re-checked in the update itself, so a repository added
     meanwhile keeps its index initializing.
     """
-    updated = _set_state_in_batch(
+    updated = _mark_in_batch(
         Index,
         lambda rows: rows.filter(state=Index.State.INITIALIZING).with_all_finished_repositories(),
         MARK_READY_BATCH_SIZE,
-        Index.State.READY,
+        transitions.mark_indices_ready,
     )
     return {"indices_marked_ready": updated, "re_emit": False}
 
@@ -365,10 +371,8 @@ def delete_indices() -> Result:
             if not batch:
                 break
             after = batch[-1]
-            marked += (
-                Repository.objects.filter(zoekt_index_id=index_id, project_id__in=batch)
-                .exclude(state__in=(Repository.State.PENDING_DELETION, Repository.State.DELETED))
-                .update(state=Repository.State.PENDING_DELETION, updated_at=now)
+            marked += transitions.mark_repositories_pending_deletion(
+                Repository.objects.filter(zoekt_index_id=index_id, project_id__in=batch), now=now
             )
             if len(batch) < INDEX_TO_DELETE_REPOSITORY_BATCH_SIZE:
                 break
