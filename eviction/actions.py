@@ -15,8 +15,8 @@ when it is applied, takes the chosen indices off the node:
   ``Replica.for_namespace``), through ``zoekt.actions.do_evict_replicas``,
   the one explicit replica-eviction path;
 * index watermark and negative unclaimed storage: the chosen indices become
-  ``pending_eviction`` and GitLab's shared tail (``evict_indices``) evicts
-  their replicas, as in GitLab.
+  ``pending_eviction`` and GitLab's shared tail (``evict_indices``, here too)
+  evicts their replicas, as in GitLab.
 
 Before a replica goes, the transaction counts the namespaces it leaves
 without another ready replica and writes them into the decision's details:
@@ -223,6 +223,41 @@ def _carry_out(
         "decisions_skipped": skipped,
         "namespaces_affected": len(namespaces),
         "nodes": per_node,
+    }
+
+
+# --------------------------------------------------------------------------- #
+# GitLab's tail: the replicas of pending-eviction indices evicted (6.5(b))
+# --------------------------------------------------------------------------- #
+
+INDEX_TO_EVICT_BATCH_SIZE = 1_000
+
+
+def evict_indices() -> dict[str, Any]:
+    """Evict the whole replicas of up to 1,000 pending-eviction indices (reference 6.5(b)).
+
+    GitLab's IndexToEvictEventWorker: the tail the index-watermark and
+    negative-unclaimed triggers share (they mark indices ``pending_eviction``;
+    ``indices_to_evict_check`` dispatches this). In one transaction every index
+    of those replicas becomes ``evicted`` and the replica rows are deleted; the
+    indices, now without a replica, are then orphaned and deleted, and the
+    rollout re-plans the namespace.
+    """
+    now = clock.now()
+    with transaction.atomic():
+        rows = list(
+            Index.objects.filter(state=Index.State.PENDING_EVICTION)
+            .select_for_update()
+            .order_by("id")
+            .values_list("id", "zoekt_replica_id")[:INDEX_TO_EVICT_BATCH_SIZE]
+        )
+        replica_ids = sorted({replica_id for _, replica_id in rows if replica_id is not None})
+        evicted = actions.do_evict_replicas(replica_ids, now=now)
+    return {
+        "pending_eviction_indices": len(rows),
+        "indices_evicted": evicted.indices_evicted,
+        "replicas_deleted": evicted.replicas_deleted,
+        "re_emit": False,
     }
 
 

@@ -26,7 +26,7 @@ from typing import Any
 from django.db import connection, transaction
 from django.db.models import Exists, OuterRef, QuerySet
 
-from zoekt import actions, app_settings, clock, transitions
+from zoekt import app_settings, clock, transitions
 from zoekt.models import EnabledNamespace, Index, Namespace, Node, Repository, Task
 from zoekt.reasons import Reason
 from zoekt.scheduling.task_creation import create_bulk_tasks
@@ -41,7 +41,6 @@ MAX_LIVE_DELETE_TASKS = 5_000
 ORPHANED_REPO_BATCH_SIZE = 1_000
 ORPHANED_INDEX_BATCH_SIZE = 1_000
 PENDING_EVICTION_BATCH_SIZE = 1_000
-INDEX_TO_EVICT_BATCH_SIZE = 1_000
 MARK_READY_BATCH_SIZE = 1_000
 INDEX_TO_DELETE_BATCH_SIZE = 500
 INDEX_TO_DELETE_REPOSITORY_BATCH_SIZE = 5_000
@@ -279,7 +278,7 @@ def delete_repos() -> Result:
 
 
 # ----------------------------------------------------------------------------
-# Indices: orphan, ready, evict, delete (reference 2.1, 6.5, 6.9)
+# Indices: orphan, ready, delete (reference 2.1, 6.9; evict, 6.5(b): eviction.actions)
 # ----------------------------------------------------------------------------
 
 
@@ -307,31 +306,6 @@ def mark_indices_ready() -> Result:
         transitions.mark_indices_ready,
     )
     return {"indices_marked_ready": updated, "re_emit": False}
-
-
-def evict_indices() -> Result:
-    """Evict the whole replicas of up to 1,000 pending-eviction indices (reference 6.5(b)).
-
-    In one transaction every index of those replicas becomes ``evicted`` and
-    the replica rows are deleted; the indices, now without a replica, are then
-    orphaned and deleted, and the rollout re-plans the namespace.
-    """
-    now = clock.now()
-    with transaction.atomic():
-        rows = list(
-            Index.objects.filter(state=Index.State.PENDING_EVICTION)
-            .select_for_update()
-            .order_by("id")
-            .values_list("id", "zoekt_replica_id")[:INDEX_TO_EVICT_BATCH_SIZE]
-        )
-        replica_ids = sorted({replica_id for _, replica_id in rows if replica_id is not None})
-        evicted = actions.do_evict_replicas(replica_ids, now=now)
-    return {
-        "pending_eviction_indices": len(rows),
-        "indices_evicted": evicted.indices_evicted,
-        "replicas_deleted": evicted.replicas_deleted,
-        "re_emit": False,
-    }
 
 
 def delete_indices() -> Result:
