@@ -36,6 +36,10 @@ def test_registering_the_same_table_again_changes_nothing():
     [
         pytest.param({"evict_indices": "somewhere.else"}, id="a registered event"),
         pytest.param({"index_repos": "somewhere.else"}, id="one of zoekt's own events"),
+        pytest.param(
+            {"a_new_event": "somewhere.new", "evict_indices": "somewhere.else"},
+            id="a table with one clash registers none of it",
+        ),
     ],
 )
 def test_an_event_with_a_job_already_is_refused_and_nothing_changes(table):

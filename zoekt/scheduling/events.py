@@ -214,7 +214,7 @@ def register_events(table: Mapping[str, str]) -> None:
     for event, task_name in table.items():
         if event in EVENTS or REGISTERED.get(event, task_name) != task_name:
             raise ValueError(f"event {event!r} has a job already")
-        REGISTERED[event] = task_name
+    REGISTERED.update(table)
 
 
 def task_for(event: str):
