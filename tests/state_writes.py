@@ -7,8 +7,8 @@
 * a call that writes rows with a ``state=`` keyword (``update``, ``create``,
   ``update_or_create``, ``get_or_create``, a model's constructor), or with
   ``"state"`` in its ``defaults``;
-* an assignment to an attribute named ``state`` (``row.state = ...``), or a
-  ``setattr(row, "state", ...)``.
+* an assignment to an attribute named ``state`` (``row.state = ...``), a
+  ``setattr(row, "state", ...)``, or a ``bulk_update`` of the ``state`` field.
 
 The machine is read from the value written (``Index.State.READY``,
 ``Case(When(..., then=Value(Repository.State.FAILED)))``). A value that names
@@ -104,6 +104,13 @@ def _writes(tree: ast.AST):
                 attr = node.args[1]
                 if isinstance(attr, ast.Constant) and attr.value == "state":
                     yield node, node.args[2], False
+                continue
+            if name == "bulk_update" and any(
+                isinstance(sub, ast.Constant) and sub.value == "state"
+                for arg in [*node.args[1:], *(k.value for k in node.keywords)]
+                for sub in ast.walk(arg)
+            ):
+                yield node, ast.Name("state"), False  # the values are on the rows: unplaced
                 continue
             if name not in WRITE_METHODS and name not in MACHINES:
                 continue

@@ -94,6 +94,7 @@ def _tree(tmp_path: Path, source: str, module: str = "eviction/somewhere.py") ->
         pytest.param('setattr(move, "state", Move.State.DONE)', "Move", id="setattr"),
         pytest.param("rows.update(state=state)", "?", id="a state the reader cannot place"),
         pytest.param("move.state = state", "?", id="an assignment of a variable"),
+        pytest.param('Index.objects.bulk_update(rows, ["state"])', "?", id="a bulk_update"),
     ],
 )
 def test_a_direct_write_outside_the_owner_is_found(tmp_path, source, machine):
