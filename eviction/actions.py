@@ -15,8 +15,8 @@ when it is applied, takes the chosen indices off the node:
   ``Replica.for_namespace``), through ``zoekt.actions.do_evict_replicas``,
   the one explicit replica-eviction path;
 * index watermark and negative unclaimed storage: the chosen indices become
-  ``pending_eviction`` and GitLab's shared tail (``evict_indices``) evicts
-  their replicas, as in GitLab.
+  ``pending_eviction`` and GitLab's shared tail (``evict_indices``, here too)
+  evicts their replicas, as in GitLab.
 
 Before a replica goes, the transaction counts the namespaces it leaves
 without another ready replica and writes them into the decision's details:
@@ -40,7 +40,7 @@ from django.db.models import F
 from eviction import moves
 from eviction import policy as p
 from eviction.models import EvictionDecision
-from zoekt import actions, app_settings, buffer_factor, capacity, clock
+from zoekt import actions, app_settings, buffer_factor, capacity, clock, transitions
 from zoekt.logging import get_logger
 from zoekt.models import EnabledNamespace, Index, Move, Namespace, Node, Replica
 from zoekt.reasons import Reason
@@ -227,6 +227,41 @@ def _carry_out(
 
 
 # --------------------------------------------------------------------------- #
+# GitLab's tail: the replicas of pending-eviction indices evicted (6.5(b))
+# --------------------------------------------------------------------------- #
+
+INDEX_TO_EVICT_BATCH_SIZE = 1_000
+
+
+def evict_indices() -> dict[str, Any]:
+    """Evict the whole replicas of up to 1,000 pending-eviction indices (reference 6.5(b)).
+
+    GitLab's IndexToEvictEventWorker: the tail the index-watermark and
+    negative-unclaimed triggers share (they mark indices ``pending_eviction``;
+    ``indices_to_evict_check`` dispatches this). In one transaction every index
+    of those replicas becomes ``evicted`` and the replica rows are deleted; the
+    indices, now without a replica, are then orphaned and deleted, and the
+    rollout re-plans the namespace.
+    """
+    now = clock.now()
+    with transaction.atomic():
+        rows = list(
+            Index.objects.filter(state=Index.State.PENDING_EVICTION)
+            .select_for_update()
+            .order_by("id")
+            .values_list("id", "zoekt_replica_id")[:INDEX_TO_EVICT_BATCH_SIZE]
+        )
+        replica_ids = sorted({replica_id for _, replica_id in rows if replica_id is not None})
+        evicted = actions.do_evict_replicas(replica_ids, now=now)
+    return {
+        "pending_eviction_indices": len(rows),
+        "indices_evicted": evicted.indices_evicted,
+        "replicas_deleted": evicted.replicas_deleted,
+        "re_emit": False,
+    }
+
+
+# --------------------------------------------------------------------------- #
 # One decision, in one transaction
 # --------------------------------------------------------------------------- #
 
@@ -302,11 +337,8 @@ def do_apply_decision(
         else:
             # GitLab's walk (legacy) re-marks evicted and orphaned indices too;
             # the safeguards chose ready ones only (re-checked above).
-            marking = Index.objects.filter(id__in=[c.index_id for c in chosen]).exclude(
-                state=Index.State.PENDING_EVICTION
-            )
-            details["indices_marked_pending_eviction"] = marking.update(
-                state=Index.State.PENDING_EVICTION, updated_at=now
+            details["indices_marked_pending_eviction"] = transitions.mark_indices_pending_eviction(
+                Index.objects.filter(id__in=[c.index_id for c in chosen]), now=now
             )
         namespace_ids = list(decision.namespace_ids) or sorted({c.namespace_id for c in chosen})
         row = _new_row(

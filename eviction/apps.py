@@ -9,7 +9,10 @@ class EvictionConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        # The eviction events are dispatched by their registered names
-        # (``zoekt.scheduling.events``): the task module is imported in every process, so
-        # the name is registered outside a worker too.
-        from eviction import tasks  # noqa: F401
+        # The eviction events are dispatched by the scheduling service through the table
+        # registered here (zoekt imports nothing of eviction). The task module is imported
+        # in every process, so the tasks are registered outside a worker too.
+        from eviction import tasks
+        from zoekt.scheduling import events
+
+        events.register_events(tasks.EVICTION_EVENTS)

@@ -51,7 +51,7 @@ from django.db.models import Count
 from eviction import resplit
 from eviction.resplit import Carve, carved_repositories, create_carve, narrowed
 from planner.filters import share_left
-from zoekt import actions, app_settings, capacity, clock, memory
+from zoekt import actions, app_settings, capacity, clock, memory, transitions
 from zoekt.logging import get_logger
 from zoekt.models import EnabledNamespace, Index, Move, Node, Replica, Repository, Task
 from zoekt.reasons import Reason
@@ -163,7 +163,7 @@ def try_start(
         return Reason.MOVE_NO_TARGET
     if throttled or target is None:
         if move.reason != Reason.MOVE_THROTTLED:
-            _set(move, Move.State.PLANNED, now, reason=str(Reason.MOVE_THROTTLED))
+            move.transition(Move.State.PLANNED, now, reason=str(Reason.MOVE_THROTTLED))
         return Reason.MOVE_THROTTLED
     _build(move, index, target, now)
     return None
@@ -216,12 +216,11 @@ def _not_moved(
     """Leave it serving, or (critical, nowhere to go) delete first and record it."""
     if critical and reason == Reason.MOVE_NO_TARGET:
         out.fallback_replica_ids.append(index.zoekt_replica_id)
-        Move.objects.create(
+        Move.fall_back(
+            now,
             **Move.fields_from_source(index, trigger, now),
-            state=Move.State.FALLEN_BACK,
             reason=str(Reason.MOVE_FALLBACK_CRITICAL_NO_TARGET),
             details={"why_not_moved": str(reason)},
-            fallen_back_at=now,
         )
         return
     out.not_moved.append({"index_id": index.id, "reason": str(reason)})
@@ -354,8 +353,7 @@ def _build(move: Move, index: Index, target: Node, now: datetime) -> None:
         created_at=now,
         updated_at=now,
     )
-    _set(
-        move,
+    move.transition(
         Move.State.BUILDING,
         now,
         reason="",
@@ -418,35 +416,12 @@ def advance_move(move_id: int, *, now: datetime | None = None) -> str:
         return _swap(move, now)
 
 
-def _set(move: Move, state: str, now: datetime, **fields) -> str:
-    """Write the new state, its timestamp and ``fields``, and only those columns: the
-    foreign keys a delete just nulled in the database stay nulled."""
-    stamp = {
-        Move.State.READY_TO_SWAP: "ready_to_swap_at",
-        Move.State.SWAPPING: "swapping_at",
-        Move.State.DONE: "done_at",
-        Move.State.PARKED: "parked_at",
-        Move.State.CANCELLED: "cancelled_at",
-        Move.State.BUILDING: "building_at",
-    }.get(state)
-    move.state = state
-    move.updated_at = now
-    changed = {"state", "updated_at", *fields}
-    if stamp and getattr(move, stamp) is None:
-        setattr(move, stamp, now)
-        changed.add(stamp)
-    for key, value in fields.items():
-        setattr(move, key, value)
-    move.save(update_fields=sorted(changed))
-    return state
-
-
 def _planned(move: Move, now: datetime) -> str:
     """A queued move: start it when a slot and a target free up; give up (cancelled)
     when its source is gone or no node has room any more."""
     index = Index.objects.filter(id=move.source_index_ref, state=Index.State.READY).first()
     if index is None or index.zoekt_replica_id is None:
-        return _set(move, Move.State.CANCELLED, now, reason=str(Reason.MOVE_SOURCE_GONE))
+        return move.transition(Move.State.CANCELLED, now, reason=str(Reason.MOVE_SOURCE_GONE))
     retry_at = move.details.get("retry_at")
     if retry_at and datetime.fromisoformat(retry_at) > now:
         return move.state  # backing off after a failed build
@@ -456,7 +431,7 @@ def _planned(move: Move, now: datetime) -> str:
         # its node until the node deletes it): one more failed attempt, then parked.
         return _park(move, Reason.MOVE_NO_TARGET, now)
     if outcome == Reason.MOVE_NO_TARGET:
-        return _set(move, Move.State.CANCELLED, now, reason=str(Reason.MOVE_NO_TARGET))
+        return move.transition(Move.State.CANCELLED, now, reason=str(Reason.MOVE_NO_TARGET))
     return move.state
 
 
@@ -474,7 +449,7 @@ def _building(move: Move, now: datetime) -> str:
     if replacement is None or replacement.zoekt_replica_id != replica.id:
         return _park(move, Reason.MOVE_REPLACEMENT_LOST, now)
     if replacement.state == Index.State.READY:
-        _set(move, Move.State.READY_TO_SWAP, now)
+        move.transition(Move.State.READY_TO_SWAP, now)
         return _swap(move, now)
     if move.deadline_at is not None and now > move.deadline_at:
         return _park(move, Reason.MOVE_DEADLINE_PASSED, now)
@@ -502,8 +477,7 @@ def _park(move: Move, reason: Reason, now: datetime) -> str:
         wait = RETRY_BACKOFF_SECONDS * 2 ** (attempts - 1)
         failed = sorted({*move.details.get("failed_targets", []), move.target_node_id} - {None})
         log.warning("move_retrying", move_id=move.id, reason=str(reason), wait_seconds=wait)
-        return _set(
-            move,
+        return move.transition(
             Move.State.PLANNED,
             now,
             reason=str(Reason.MOVE_RETRYING),
@@ -520,8 +494,7 @@ def _park(move: Move, reason: Reason, now: datetime) -> str:
             },
         )
     log.warning("move_parked", move_id=move.id, reason=str(reason))
-    return _set(
-        move,
+    return move.transition(
         Move.State.PARKED,
         now,
         reason=str(reason),
@@ -592,8 +565,7 @@ def _swap(move: Move, now: datetime) -> str:
         and replacement.zoekt_node_id in searchable
     )
     if not ready:
-        return _set(
-            move,
+        return move.transition(
             Move.State.BUILDING,
             now,
             reason=str(Reason.MOVE_NOT_COVERED),
@@ -605,14 +577,13 @@ def _swap(move: Move, now: datetime) -> str:
         if behind:
             # Projects the source took (or re-indexed) during the move: the replacement
             # indexes them first, so the swap loses none.
-            return _set(
-                move,
+            return move.transition(
                 Move.State.BUILDING,
                 now,
                 reason=str(Reason.MOVE_CATCHING_UP),
                 details={**move.details, "catching_up_projects": behind},
             )
-    _set(move, Move.State.SWAPPING, now)
+    move.transition(Move.State.SWAPPING, now)
     build_replica_id = replacement.zoekt_replica_id
     details = dict(move.details)
     serving = (
@@ -637,7 +608,7 @@ def _swap(move: Move, now: datetime) -> str:
         # namespace's copy of that range.
         details["source_gone_before_swap"] = True
     log.info("move_done", move_id=move.id, namespace_id=move.namespace_id)
-    _set(move, Move.State.DONE, now, details=details, reason="")
+    move.transition(Move.State.DONE, now, details=details, reason="")
     remaining = [Carve.of(c) for c in move.details.get("resplit", {}).get("remaining", [])]
     if remaining and source is not None and "source_narrowed_to" in details:
         # The re-split's next carve, in this transaction: the namespace is never
@@ -645,7 +616,7 @@ def _swap(move: Move, now: datetime) -> str:
         following = create_carve(source, remaining, now=now)
         try_start(following, source, settings=app_settings.current(), now=now)
         details["next_move_id"] = following.id
-        _set(move, Move.State.DONE, now, details=details)
+        move.transition(Move.State.DONE, now, details=details)
     return Move.State.DONE
 
 
@@ -663,10 +634,8 @@ def _narrow(source: Index, carve: Carve, now: datetime) -> dict[str, Any]:
         else:
             metadata[key] = value
     Index.objects.filter(id=source.id).update(metadata=metadata, updated_at=now)
-    leaving = (
-        carved_repositories(source, carve)
-        .exclude(state__in=(Repository.State.PENDING_DELETION, Repository.State.DELETED))
-        .update(state=Repository.State.PENDING_DELETION, updated_at=now)
+    leaving = transitions.mark_repositories_pending_deletion(
+        carved_repositories(source, carve), now=now
     )
     return {"source_narrowed_to": [low, high], "repositories_leaving_source": leaving}
 

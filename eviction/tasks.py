@@ -1,9 +1,12 @@
-"""The eviction jobs: thin Celery tasks over ``eviction.actions``, one per trigger.
+"""The eviction jobs: thin Celery tasks over ``eviction.actions``, one per trigger, and
+GitLab's tail that evicts the replicas of pending-eviction indices.
 
 The scheduling service (``zoekt.scheduling.service``) keeps GitLab's checks
-and throttles and dispatches these by name (``EVICTION_EVENTS``); each job
-takes its advisory lock (skipping while it is held, so two never decide at
-once), skips while indexing is paused, runs one trigger and logs one line.
+and throttles and dispatches these by event name: ``EVICTION_EVENTS`` below,
+registered with it when the app is ready (``EvictionConfig.ready``), since
+zoekt imports nothing of eviction. Each job takes its advisory lock
+(skipping while it is held, so two never decide at once), skips while
+indexing is paused, runs one step and logs one line.
 """
 
 from __future__ import annotations
@@ -39,6 +42,22 @@ def evict_overcommitted_nodes_task(node_ids: list[int]) -> dict:
         lambda: actions.run_negative_unclaimed(node_ids),
         lock=LockKey.EVENT_EVICT_OVERCOMMITTED_NODES,
     )
+
+
+@shared_task(name="zoekt.evict_indices")
+def evict_indices_task() -> dict:
+    """IndexToEvictEventWorker: evict the replicas of 1,000 pending-eviction indices."""
+    return run_event("evict_indices", actions.evict_indices, lock=LockKey.EVENT_EVICT_INDICES)
+
+
+#: The scheduling events whose jobs are eviction's: event name → Celery task name
+#: (GitLab's event names; ``evict_indices`` keeps its ``zoekt.`` task name).
+EVICTION_EVENTS = {
+    "evict_from_nodes": "eviction.evict_from_nodes",
+    "mark_indices_pending_eviction": "eviction.mark_indices_pending_eviction",
+    "evict_overcommitted_nodes": "eviction.evict_overcommitted_nodes",
+    "evict_indices": "zoekt.evict_indices",
+}
 
 
 @shared_task(name="eviction.advance_moves")

@@ -1,7 +1,14 @@
-"""State changes of the fleet: every write goes through a ``do_*`` function.
+"""The fleet's state changes that the node API, the operators and the jobs ask for by
+name, each a ``do_*`` function: heartbeats, callbacks, failed tasks, replica states,
+evictions.
 
 Each returns plain data describing what it did, so the Celery task that
-calls it can log one line.
+calls it can log one line. Not every write of the domain is here: the
+scheduling jobs (``zoekt.scheduling``), the catalog (``zoekt.catalog_rows``),
+the operator actions (``zoekt.operator_actions``), the planner's apply and
+eviction make their own. An index's or a repository's state, whoever changes
+it, changes only through a named transition of ``zoekt.transitions`` (a
+move's through ``Move.transition``).
 """
 
 from __future__ import annotations
@@ -14,10 +21,10 @@ from datetime import timedelta
 
 from django.conf import settings as django_settings
 from django.db import connection, transaction
-from django.db.models import Case, DateTimeField, Exists, F, OuterRef, Q, Value, When
+from django.db.models import DateTimeField, Exists, F, OuterRef, Q, Value
 from django.db.models.functions import Greatest
 
-from zoekt import capacity, clock, hooks, locks
+from zoekt import capacity, clock, hooks, locks, transitions
 from zoekt.logging import get_logger
 from zoekt.models import HandledTaskFailure, Index, Node, Replica, Repository, Task
 
@@ -272,8 +279,7 @@ def _apply_success(task: Task, node: Node, data: dict, now) -> CallbackOutcome:
 
 def _record_indexed(repo: Repository, node: Node, data: dict, now) -> None:
     repo.indexed_at = now
-    if repo.state in (Repository.State.PENDING, Repository.State.INITIALIZING):
-        repo.state = Repository.State.READY
+    transitions.set_repository_indexed(repo)
     stats = (data.get("additional_payload") or {}).get("repo_stats") or {}
     if "size_in_bytes" in stats:
         repo.size_bytes = stats["size_in_bytes"]
@@ -382,13 +388,10 @@ def do_handle_task_failed(task_id: int) -> dict:
             )
             if cursor.fetchone() is None:
                 return {"task_id": task_id, "handled": False, "reason": "already_handled"}
-        updated = Repository.objects.filter(id=task.zoekt_repository_id, retries_left__gt=0).update(
-            retries_left=F("retries_left") - 1,
-            state=Case(
-                When(retries_left__lte=1, then=Value(Repository.State.FAILED)),
-                default=Value(retry_state),
-            ),
-            updated_at=now,
+        updated = transitions.spend_repository_retry(
+            Repository.objects.filter(id=task.zoekt_repository_id, retries_left__gt=0),
+            retry_state=retry_state,
+            now=now,
         )
     repo = Repository.objects.filter(id=task.zoekt_repository_id).values("state").first()
     return {
@@ -433,8 +436,8 @@ def do_evict_index(index_id: int, *, now=None) -> int:
     its repositories on the node. The single-index path a move's swap takes; runs in the
     caller's transaction. Returns the rows changed (0 or 1)."""
     now = now or clock.now()
-    return Index.objects.filter(id=index_id).update(
-        state=Index.State.EVICTED, zoekt_replica_id=None, updated_at=now
+    return transitions.mark_indices_evicted(
+        Index.objects.filter(id=index_id), now=now, leave_replica=True
     )
 
 
@@ -451,8 +454,8 @@ def do_evict_replicas(replica_ids: list[int], *, now=None) -> EvictedReplicas:
         return EvictedReplicas(0, 0)
     now = now or clock.now()
     with transaction.atomic():
-        evicted = Index.objects.filter(zoekt_replica_id__in=replica_ids).update(
-            state=Index.State.EVICTED, updated_at=now
+        evicted = transitions.mark_indices_evicted(
+            Index.objects.filter(zoekt_replica_id__in=replica_ids), now=now
         )
         _, per_model = Replica.objects.filter(id__in=replica_ids).delete()
     return EvictedReplicas(per_model.get(Replica._meta.label, 0), evicted)

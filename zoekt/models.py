@@ -818,6 +818,17 @@ class HandledTaskFailure(models.Model):
         return f"failed task {self.task_id} handled at {self.handled_at}"
 
 
+class IllegalTransition(Exception):
+    """A state change its machine's transition table does not allow; nothing was written."""
+
+    def __init__(self, machine: str, row_id, from_state, to_state) -> None:
+        self.machine = machine
+        self.row_id = row_id
+        self.from_state = from_state
+        self.to_state = to_state
+        super().__init__(f"{machine} {row_id}: {from_state} → {to_state} is not a legal transition")
+
+
 class Move(ClockStampedModel):
     """A move of one index off a node: its replacement is built elsewhere while it serves.
 
@@ -846,6 +857,34 @@ class Move(ClockStampedModel):
 
     #: States in which the move holds its lease.
     LIVE = (State.PLANNED, State.BUILDING, State.READY_TO_SWAP, State.SWAPPING)
+    #: The states a move is created in: planned, or (critical watermark, no node with
+    #: room) fallen back at once, its replica deleted first.
+    BIRTH_STATES = (State.PLANNED, State.FALLEN_BACK)
+    #: The one transition table (``transition``): from each state, the states it may go to.
+    #: Planned → planned rewrites why it waits (throttled, retrying); swapping → swapping
+    #: is a swap tried again; done → done records the re-split's next carve.
+    TRANSITIONS: dict[str, frozenset[str]] = {
+        State.PLANNED: frozenset({State.PLANNED, State.BUILDING, State.PARKED, State.CANCELLED}),
+        State.BUILDING: frozenset({State.PLANNED, State.READY_TO_SWAP, State.PARKED}),
+        State.READY_TO_SWAP: frozenset({State.BUILDING, State.SWAPPING}),
+        State.SWAPPING: frozenset({State.BUILDING, State.SWAPPING, State.DONE}),
+        State.DONE: frozenset({State.DONE}),
+        State.FALLEN_BACK: frozenset(),
+        State.PARKED: frozenset(),
+        State.CANCELLED: frozenset(),
+    }
+    #: The column each state stamps, the first time a move enters it (planned stamps
+    #: ``created_at`` at creation; fallen back stamps at creation, see ``fall_back``).
+    STAMPS: dict[str, str] = {
+        State.BUILDING: "building_at",
+        State.READY_TO_SWAP: "ready_to_swap_at",
+        State.SWAPPING: "swapping_at",
+        State.DONE: "done_at",
+        State.FALLEN_BACK: "fallen_back_at",
+        State.PARKED: "parked_at",
+        State.CANCELLED: "cancelled_at",
+    }
+    IllegalTransition = IllegalTransition
     #: How long a move may take: a floor plus a time per byte (TiDB PD's rule of a
     #: deadline that grows with the size, at 1 MiB/s of progress), see docs/eviction.md.
     DEADLINE_FLOOR_SECONDS = 3600
@@ -925,6 +964,30 @@ class Move(ClockStampedModel):
     @property
     def live(self) -> bool:
         return self.state in self.LIVE
+
+    def transition(self, state: str, now: datetime, **fields) -> str:
+        """Move to ``state`` if the table allows it (else ``IllegalTransition``, nothing
+        written): write the state, its time the first time it is entered, ``updated_at``
+        and ``fields``, and only those columns, so the foreign keys a delete just nulled
+        in the database stay nulled. Returns the new state."""
+        if state not in self.TRANSITIONS.get(self.state, frozenset()):
+            raise IllegalTransition("move", self.pk, self.state, state)
+        stamp = self.STAMPS.get(state)
+        self.state = state
+        self.updated_at = now
+        changed = {"state", "updated_at", *fields}
+        if stamp and getattr(self, stamp) is None:
+            setattr(self, stamp, now)
+            changed.add(stamp)
+        for key, value in fields.items():
+            setattr(self, key, value)
+        self.save(update_fields=sorted(changed))
+        return state
+
+    @classmethod
+    def fall_back(cls, now: datetime, **fields) -> Move:
+        """A move created fallen back (the index is deleted first), stamped ``now``."""
+        return cls.objects.create(**fields, state=cls.State.FALLEN_BACK, fallen_back_at=now)
 
     @classmethod
     def deadline_seconds(cls, size_bytes: int) -> int:

@@ -120,7 +120,7 @@ def test_every_task_dispatched_by_name_is_registered_in_a_plain_django_process()
         "from celery import current_app\n"
         "from zoekt import hooks\n"
         "from config.celery import BEAT_SCHEDULE\n"
-        "from zoekt.scheduling.events import EVICTION_EVENTS\n"
+        "from eviction.tasks import EVICTION_EVENTS\n"
         "names = set(EVICTION_EVENTS.values())\n"
         "names |= {entry['task'] for entry in BEAT_SCHEDULE.values()}\n"
         "names |= {hooks.HANDLE_TASK_FAILED, hooks.INDEX_PROJECT}\n"

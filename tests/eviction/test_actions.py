@@ -259,8 +259,6 @@ def test_the_overview_counts_decisions_and_lists_nodes_over_high_and_cooling(now
 
 
 def test_index_watermark_marks_only_ready_indices_and_the_tail_deletes_only_that_replica(now):
-    from zoekt.scheduling import handlers
-
     hot = NodeFactory(total_bytes=100 * GIB, used_bytes=50 * GIB)
     calm = NodeFactory(total_bytes=100 * GIB, used_bytes=10 * GIB)
     both = ready_namespace(hot, 10 * GIB, also_on=calm)
@@ -274,7 +272,7 @@ def test_index_watermark_marks_only_ready_indices_and_the_tail_deletes_only_that
     )
 
     eviction.run_index_watermark()
-    handlers.evict_indices()
+    eviction.evict_indices()
 
     assert Index.objects.get(id=pending.id).state == I.PENDING
     survivors = Replica.objects.filter(zoekt_enabled_namespace=both)

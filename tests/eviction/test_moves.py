@@ -535,15 +535,13 @@ def test_a_project_deleted_during_a_move_is_deleted_from_both_copies(now):
 
 
 def test_the_index_watermark_trigger_moves_instead_of_deleting(now):
-    from zoekt.scheduling import handlers
-
     hot, roomy, enabled = _fleet()
     Index.objects.filter(zoekt_node=hot).update(
         watermark_level=Index.WatermarkLevel.CRITICAL_WATERMARK_EXCEEDED
     )
 
     eviction.run_index_watermark()
-    handlers.evict_indices()  # GitLab's tail: nothing is pending eviction to delete
+    eviction.evict_indices()  # GitLab's tail: nothing is pending eviction to delete
 
     move = Move.objects.get()
     assert move.trigger == "index_watermark" and move.state == Move.State.BUILDING
@@ -597,6 +595,7 @@ def test_no_reconciler_touches_an_in_flight_move(now):
     serving and the replacement stays, in its own build replica."""
     from celery import current_app
 
+    from eviction.tasks import EVICTION_EVENTS
     from zoekt.scheduling import events
     from zoekt.scheduling.service import TASKS, SchedulingService
 
@@ -613,7 +612,7 @@ def test_no_reconciler_touches_an_in_flight_move(now):
         if event in events.EVENTS:
             events.EVENTS[event](*args)
         else:
-            current_app.tasks[events.EVICTION_EVENTS[event]](*args)
+            current_app.tasks[EVICTION_EVENTS[event]](*args)
 
     for _ in range(6):
         _keep_online(hot, roomy)

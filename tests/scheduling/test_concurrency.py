@@ -18,6 +18,7 @@ from django.db import connection
 from django.db.models import Count
 
 from config.celery import app as celery_app
+from eviction import tasks as eviction_tasks
 from tests.factories import GIB, IndexFactory, NodeFactory, ReplicaFactory
 from tests.scheduling import builders
 from tests.scheduling.conftest import set_setting
@@ -148,7 +149,7 @@ def test_two_eviction_runs_evict_each_replica_once():
     IndexFactory(zoekt_replica=replica, state=I.PENDING_EVICTION)
     IndexFactory(zoekt_replica=replica, state=I.READY)
 
-    results = twice_at_once(events.evict_indices_task)
+    results = twice_at_once(eviction_tasks.evict_indices_task)
 
     assert sum(r.get("replicas_deleted", 0) for r in results) == 1
     assert Index.objects.filter(state=I.EVICTED).count() == 2

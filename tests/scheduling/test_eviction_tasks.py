@@ -93,7 +93,7 @@ def test_eviction_takes_the_whole_replica_even_if_one_index_was_critical(now):
     sibling = IndexFactory(zoekt_replica=replica, state=I.READY)
     other = IndexFactory(state=I.READY)
 
-    result = handlers.evict_indices()
+    result = eviction.evict_indices()
 
     assert result["indices_evicted"] == 2
     assert result["replicas_deleted"] == 1
@@ -112,7 +112,7 @@ def test_eviction_takes_the_whole_replica_even_if_one_index_was_critical(now):
 def test_1000_pending_eviction_indices_are_taken_per_event(now, count, replicas):
     builders.indices(count, state=I.PENDING_EVICTION)
 
-    result = handlers.evict_indices()
+    result = eviction.evict_indices()
 
     assert result["replicas_deleted"] == replicas
     assert Index.objects.filter(state=I.EVICTED).count() == replicas
@@ -121,7 +121,7 @@ def test_1000_pending_eviction_indices_are_taken_per_event(now, count, replicas)
 
 def test_evicted_indices_are_then_orphaned(service, dispatched, now):
     IndexFactory(state=I.PENDING_EVICTION)
-    handlers.evict_indices()
+    eviction.evict_indices()
     service().execute("index_should_be_marked_as_orphaned_check")
     assert dispatched.names == ["orphan_indices"]
     handlers.orphan_indices()

@@ -24,7 +24,7 @@ Safe to run twice at once:
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from celery import shared_task
@@ -140,12 +140,6 @@ def orphan_indices_task() -> dict:
     return _run("orphan_indices", handlers.orphan_indices, lock=LockKey.EVENT_ORPHAN_INDICES)
 
 
-@shared_task(name="zoekt.evict_indices")
-def evict_indices_task() -> dict:
-    """IndexToEvictEventWorker: evict the replicas of 1,000 pending-eviction indices."""
-    return _run("evict_indices", handlers.evict_indices, lock=LockKey.EVENT_EVICT_INDICES)
-
-
 @shared_task(name="zoekt.mark_indices_ready")
 def mark_indices_ready_task() -> dict:
     """IndexMarkedAsReadyEventWorker: 1,000 finished initializing indices become ready."""
@@ -190,14 +184,6 @@ def delete_lost_node_task(node_id: int) -> dict:
     return _run("delete_lost_node", lambda: handlers.delete_lost_node(node_id), node_id=node_id)
 
 
-#: Events whose jobs belong to the eviction package (``eviction.tasks``):
-#: dispatched by Celery task name, so nothing here imports it.
-EVICTION_EVENTS = {
-    "evict_from_nodes": "eviction.evict_from_nodes",
-    "mark_indices_pending_eviction": "eviction.mark_indices_pending_eviction",
-    "evict_overcommitted_nodes": "eviction.evict_overcommitted_nodes",
-}
-
 #: The shared runner of event jobs (skip while paused, lock, log one line).
 run_event = _run
 
@@ -209,10 +195,32 @@ EVENTS = {
     "delete_repos": delete_repos_task,
     "orphan_repos": orphan_repos_task,
     "orphan_indices": orphan_indices_task,
-    "evict_indices": evict_indices_task,
     "mark_indices_ready": mark_indices_ready_task,
     "delete_indices": delete_indices_task,
     "update_index_used_storage_bytes": update_index_used_storage_bytes_task,
     "shrink_overprovisioned_indices": shrink_overprovisioned_indices_task,
     "delete_lost_node": delete_lost_node_task,
 }
+
+#: Event name → Celery task name, for the events whose jobs another package owns:
+#: each registers its table when its app is ready (``register_events``), so nothing
+#: here imports it. Eviction's (``eviction.tasks.EVICTION_EVENTS``) are the ones.
+REGISTERED: dict[str, str] = {}
+
+
+def register_events(table: Mapping[str, str]) -> None:
+    """Dispatch each event of ``table`` to the Celery task it names. Registering the same
+    table again changes nothing; an event registered to another task is refused."""
+    for event, task_name in table.items():
+        if event in EVENTS or REGISTERED.get(event, task_name) != task_name:
+            raise ValueError(f"event {event!r} has a job already")
+    REGISTERED.update(table)
+
+
+def task_for(event: str):
+    """The Celery task an event dispatches: zoekt's own, or a registered one by its name."""
+    if event in EVENTS:
+        return EVENTS[event]
+    from celery import current_app
+
+    return current_app.tasks[REGISTERED[event]]

@@ -26,7 +26,7 @@ from typing import Any
 from django.db import connection, transaction
 from django.db.models import Exists, OuterRef, QuerySet
 
-from zoekt import actions, app_settings, clock
+from zoekt import app_settings, clock, transitions
 from zoekt.models import EnabledNamespace, Index, Namespace, Node, Repository, Task
 from zoekt.reasons import Reason
 from zoekt.scheduling.task_creation import create_bulk_tasks
@@ -41,7 +41,6 @@ MAX_LIVE_DELETE_TASKS = 5_000
 ORPHANED_REPO_BATCH_SIZE = 1_000
 ORPHANED_INDEX_BATCH_SIZE = 1_000
 PENDING_EVICTION_BATCH_SIZE = 1_000
-INDEX_TO_EVICT_BATCH_SIZE = 1_000
 MARK_READY_BATCH_SIZE = 1_000
 INDEX_TO_DELETE_BATCH_SIZE = 500
 INDEX_TO_DELETE_REPOSITORY_BATCH_SIZE = 5_000
@@ -75,8 +74,14 @@ def id_batches(queryset, size: int) -> Iterator[list[int]]:
         after = batch[-1]
 
 
-def _set_state_in_batch(model, scope: Callable[[QuerySet], QuerySet], limit: int, state) -> int:
-    """Set ``state`` on up to ``limit`` rows of ``scope`` (lowest ids first); returns the count.
+def _mark_in_batch(
+    model,
+    scope: Callable[[QuerySet], QuerySet],
+    limit: int,
+    mark: Callable[..., int],
+) -> int:
+    """Apply the transition ``mark`` (``zoekt.transitions``) to up to ``limit`` rows of
+    ``scope`` (lowest ids first); returns the count.
 
     The scope is applied again in the UPDATE, so a row that left it since it
     was picked is not touched.
@@ -84,7 +89,7 @@ def _set_state_in_batch(model, scope: Callable[[QuerySet], QuerySet], limit: int
     ids = _ids(scope(model.objects.all()), limit)
     if not ids:
         return 0
-    return scope(model.objects.filter(id__in=ids)).update(state=state, updated_at=clock.now())
+    return mark(scope(model.objects.filter(id__in=ids)), now=clock.now())
 
 
 # ----------------------------------------------------------------------------
@@ -158,8 +163,8 @@ def initialize_index(index_id: int) -> Result:
                 capped = True
                 break
         if not capped:
-            Index.objects.filter(pk=index.id, state=Index.State.PENDING).update(
-                state=Index.State.INITIALIZING, updated_at=now
+            transitions.mark_indices_initializing(
+                Index.objects.filter(pk=index.id, state=Index.State.PENDING), now=now
             )
     return {
         **base,
@@ -224,11 +229,11 @@ def reindex_repos(node_id: int) -> Result:
 
 def orphan_repos() -> Result:
     """Mark up to 1,000 repositories without a project ``orphaned``; re-emit at exactly 1,000."""
-    updated = _set_state_in_batch(
+    updated = _mark_in_batch(
         Repository,
         lambda rows: rows.should_be_marked_as_orphaned(),
         ORPHANED_REPO_BATCH_SIZE,
-        Repository.State.ORPHANED,
+        transitions.mark_repositories_orphaned,
     )
     return {"repositories_marked_orphaned": updated, "re_emit": updated == ORPHANED_REPO_BATCH_SIZE}
 
@@ -273,17 +278,17 @@ def delete_repos() -> Result:
 
 
 # ----------------------------------------------------------------------------
-# Indices: orphan, ready, evict, delete (reference 2.1, 6.5, 6.9)
+# Indices: orphan, ready, delete (reference 2.1, 6.9; evict, 6.5(b): eviction.actions)
 # ----------------------------------------------------------------------------
 
 
 def orphan_indices() -> Result:
     """Mark up to 1,000 indices without an enabled namespace or replica ``orphaned``."""
-    updated = _set_state_in_batch(
+    updated = _mark_in_batch(
         Index,
         lambda rows: rows.should_be_marked_as_orphaned(),
         ORPHANED_INDEX_BATCH_SIZE,
-        Index.State.ORPHANED,
+        transitions.mark_indices_orphaned,
     )
     return {"indices_marked_orphaned": updated, "re_emit": False}
 
@@ -294,38 +299,13 @@ def mark_indices_ready() -> Result:
     The condition is re-checked in the update itself, so a repository added
     meanwhile keeps its index initializing.
     """
-    updated = _set_state_in_batch(
+    updated = _mark_in_batch(
         Index,
         lambda rows: rows.filter(state=Index.State.INITIALIZING).with_all_finished_repositories(),
         MARK_READY_BATCH_SIZE,
-        Index.State.READY,
+        transitions.mark_indices_ready,
     )
     return {"indices_marked_ready": updated, "re_emit": False}
-
-
-def evict_indices() -> Result:
-    """Evict the whole replicas of up to 1,000 pending-eviction indices (reference 6.5(b)).
-
-    In one transaction every index of those replicas becomes ``evicted`` and
-    the replica rows are deleted; the indices, now without a replica, are then
-    orphaned and deleted, and the rollout re-plans the namespace.
-    """
-    now = clock.now()
-    with transaction.atomic():
-        rows = list(
-            Index.objects.filter(state=Index.State.PENDING_EVICTION)
-            .select_for_update()
-            .order_by("id")
-            .values_list("id", "zoekt_replica_id")[:INDEX_TO_EVICT_BATCH_SIZE]
-        )
-        replica_ids = sorted({replica_id for _, replica_id in rows if replica_id is not None})
-        evicted = actions.do_evict_replicas(replica_ids, now=now)
-    return {
-        "pending_eviction_indices": len(rows),
-        "indices_evicted": evicted.indices_evicted,
-        "replicas_deleted": evicted.replicas_deleted,
-        "re_emit": False,
-    }
 
 
 def delete_indices() -> Result:
@@ -365,10 +345,8 @@ def delete_indices() -> Result:
             if not batch:
                 break
             after = batch[-1]
-            marked += (
-                Repository.objects.filter(zoekt_index_id=index_id, project_id__in=batch)
-                .exclude(state__in=(Repository.State.PENDING_DELETION, Repository.State.DELETED))
-                .update(state=Repository.State.PENDING_DELETION, updated_at=now)
+            marked += transitions.mark_repositories_pending_deletion(
+                Repository.objects.filter(zoekt_index_id=index_id, project_id__in=batch), now=now
             )
             if len(batch) < INDEX_TO_DELETE_REPOSITORY_BATCH_SIZE:
                 break

@@ -56,7 +56,7 @@ from celery import shared_task
 from django.db import transaction
 from django.db.models import Sum
 
-from zoekt import app_settings, clock
+from zoekt import app_settings, clock, transitions
 from zoekt.logging import get_logger
 from zoekt.models import Index, Node, Replica, Repository
 from zoekt.reasons import Reason
@@ -244,12 +244,13 @@ def _reindex(node: Node, reading: Reading, held: int, now: datetime) -> dict[str
         state=Replica.State.READY,
         id__in=Index.objects.filter(id__in=index_ids).values("zoekt_replica_id"),
     ).update(state=Replica.State.PENDING)
-    indices = Index.objects.filter(id__in=index_ids, state=Index.State.READY).update(
-        state=Index.State.INITIALIZING, updated_at=now
+    indices = transitions.mark_indices_initializing(
+        Index.objects.filter(id__in=index_ids, state=Index.State.READY), now=now
     )
-    repositories = Repository.objects.filter(
-        zoekt_index_id__in=index_ids, state=Repository.State.READY
-    ).update(state=Repository.State.PENDING, updated_at=now)
+    repositories = transitions.mark_repositories_pending(
+        Repository.objects.filter(zoekt_index_id__in=index_ids, state=Repository.State.READY),
+        now=now,
+    )
     done = {
         "node_id": node.id,
         "node_name": node.name,

@@ -100,15 +100,9 @@ def acquire_period(task: str, period_seconds: int) -> bool:
 
 def enqueue_event(event: str, args: tuple) -> None:
     """Enqueue an event job after the current transaction commits (at once outside one)."""
-    from celery import current_app
-
     from zoekt.scheduling import events
 
-    if event in events.EVICTION_EVENTS:
-        task = current_app.tasks[events.EVICTION_EVENTS[event]]
-    else:
-        task = events.EVENTS[event]
-    task.delay_on_commit(*args)
+    events.task_for(event).delay_on_commit(*args)
 
 
 class SchedulingService:

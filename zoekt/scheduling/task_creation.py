@@ -7,7 +7,7 @@ from datetime import datetime
 from django.db import connection, transaction
 from django.db.models import Exists, OuterRef, QuerySet
 
-from zoekt import clock
+from zoekt import clock, transitions
 from zoekt.models import Repository, Task
 
 _INSERT_TASKS_SQL = """
@@ -73,11 +73,9 @@ def create_bulk_tasks(
             )
             ids = [repo_id for (repo_id,) in cursor.fetchall()]
         if task_type == Task.TaskType.DELETE_REPO:
-            Repository.objects.filter(id__in=ids).update(
-                state=Repository.State.DELETED, updated_at=now
-            )
+            transitions.mark_repositories_deleted(Repository.objects.filter(id__in=ids), now=now)
         else:
-            Repository.objects.filter(id__in=ids, state=Repository.State.PENDING).update(
-                state=Repository.State.INITIALIZING, updated_at=now
+            transitions.mark_repositories_initializing(
+                Repository.objects.filter(id__in=ids), now=now
             )
     return len(ids)
