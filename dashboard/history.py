@@ -30,7 +30,6 @@ import dataclasses
 from collections import defaultdict
 from datetime import datetime, timedelta
 
-from django.conf import settings as django_settings
 from django.db.models import FloatField, Max
 from django.db.models.functions import Cast, TruncHour
 from django.utils.safestring import SafeString
@@ -219,9 +218,7 @@ def node_history(node_id: int, *, now: datetime | None = None) -> NodeHistory | 
         now=now,
         start=start,
         samples=samples,
-        watermark_limits=capacity.watermark_limits(
-            bool(getattr(django_settings, "ZOEKT_DEVELOPMENT_WATERMARKS", False))
-        ),
+        watermark_limits=capacity.watermark_limits(app_settings.development_watermarks()),
     )
 
 

@@ -33,7 +33,6 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.conf import settings as django_settings
 from django.db import transaction
 from django.db.models import F
 
@@ -52,9 +51,7 @@ _STATE_NAMES = {state.value: state.name.lower() for state in Index.State}
 
 def policy_from_settings(settings: app_settings.ZoektSettings | None = None) -> p.Policy:
     settings = settings or app_settings.current()
-    low, high, critical = capacity.watermark_limits(
-        bool(getattr(django_settings, "ZOEKT_DEVELOPMENT_WATERMARKS", False))
-    )
+    low, high, critical = capacity.watermark_limits(app_settings.development_watermarks())
     return p.Policy(
         safeguards=settings.node_eviction_safeguards,
         sustain_seconds=settings.eviction_sustain_seconds,

@@ -19,12 +19,11 @@ import random
 import uuid
 from datetime import timedelta
 
-from django.conf import settings as django_settings
 from django.db import connection, transaction
 from django.db.models import DateTimeField, Exists, F, OuterRef, Q, Value
 from django.db.models.functions import Greatest
 
-from zoekt import capacity, clock, hooks, locks, transitions
+from zoekt import app_settings, capacity, clock, hooks, locks, transitions
 from zoekt.logging import get_logger
 from zoekt.models import HandledTaskFailure, Index, Node, Replica, Repository, Task
 
@@ -119,9 +118,7 @@ def do_record_heartbeat(node_uuid: uuid.UUID, data: dict) -> HeartbeatResult:
     case nothing is written (``saved`` is false) and the stored values stand.
     """
     now = clock.now()
-    high = capacity.watermark_limits(
-        bool(getattr(django_settings, "ZOEKT_DEVELOPMENT_WATERMARKS", False))
-    )[1]
+    high = capacity.watermark_limits(app_settings.development_watermarks())[1]
     metadata = {"name": data["node.name"]}
     for key in ("task_count", "concurrency", "version"):
         if f"node.{key}" in data:
@@ -186,7 +183,7 @@ class HeartbeatReply:
 
 def do_heartbeat(node_uuid: uuid.UUID, data: dict) -> HeartbeatReply:
     """Record a heartbeat and hand the node its tasks (reference 3.2, 7.2)."""
-    from zoekt import app_settings, protocol
+    from zoekt import protocol
 
     settings_now = app_settings.current()
     result = do_record_heartbeat(node_uuid, data)
@@ -195,7 +192,7 @@ def do_heartbeat(node_uuid: uuid.UUID, data: dict) -> HeartbeatReply:
         result.metadata.get("concurrency_override"),
         settings_now.cpu_to_tasks_ratio,
     )
-    development = bool(getattr(django_settings, "ZOEKT_DEVELOPMENT_WATERMARKS", False))
+    development = app_settings.development_watermarks()
     percent = capacity.storage_percent_used(data["disk.used"], data["disk.all"])
     critical = capacity.node_watermark(percent, development) == capacity.NodeWatermark.CRITICAL
     tasks: list[dict] = []

@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 
 from django import forms
-from django.conf import settings
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
@@ -139,10 +138,6 @@ INDEX_WATERMARK_COLOURS = {
     Index.WatermarkLevel.HIGH_WATERMARK_EXCEEDED: "#e65100",
     Index.WatermarkLevel.CRITICAL_WATERMARK_EXCEEDED: "#c62828",
 }
-
-
-def _development_watermarks() -> bool:
-    return bool(getattr(settings, "ZOEKT_DEVELOPMENT_WATERMARKS", False))
 
 
 # used_bytes / total_bytes in SQL (0 when the node reports no disk), for sorting.
@@ -356,7 +351,7 @@ class DiskWatermarkFilter(admin.SimpleListFilter):
         value = self.value()
         if value is None:
             return queryset
-        low, high, critical = capacity.watermark_limits(_development_watermarks())
+        low, high, critical = capacity.watermark_limits(app_settings.development_watermarks())
 
         def at_least(limit: float) -> Q:
             # used / total >= limit  <=>  used >= limit * total, for total > 0.

@@ -38,6 +38,14 @@ _DURATION_UNITS = {"m": 60, "h": 3600, "d": 86400}
 _SIZE_UNITS = {"B": 1, "KB": 1024, "MB": 1024**2, "GB": 1024**3}
 
 
+def development_watermarks() -> bool:
+    """Whether GitLab's development node watermarks (0.98 high, 0.99 critical) are in force.
+
+    A deployment setting (``ZOEKT_DEVELOPMENT_WATERMARKS``, read in ``config/settings.py``),
+    not a column of the row: GitLab switches it with its development environment."""
+    return bool(getattr(django_settings, "ZOEKT_DEVELOPMENT_WATERMARKS", False))
+
+
 def parse_duration(value: str | None, *, default: str, zero_disables: bool) -> int | None:
     """Seconds, or None when blank (or ``0`` where zero disables)."""
     text = (value or "").strip()

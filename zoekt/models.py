@@ -19,7 +19,7 @@ from django.db.models import Q
 from django.db.models.functions import Length, Now
 from django.db.models.lookups import GreaterThan, LessThanOrEqual
 
-from zoekt import capacity, clock
+from zoekt import app_settings, capacity, clock
 from zoekt.clock import EPOCH
 from zoekt.metadata_schema import (
     validate_enabled_namespace_metadata,
@@ -318,11 +318,14 @@ class Node(ClockStampedModel):
 
     @property
     def watermark(self) -> capacity.NodeWatermark:
-        return capacity.node_watermark(self.storage_percent_used, _development_watermarks())
+        return capacity.node_watermark(
+            self.storage_percent_used, app_settings.development_watermarks()
+        )
 
     def _limit_reached(self, which: int) -> bool:
         return (
-            self.storage_percent_used >= capacity.watermark_limits(_development_watermarks())[which]
+            self.storage_percent_used
+            >= capacity.watermark_limits(app_settings.development_watermarks())[which]
         )
 
     def low_watermark_exceeded(self) -> bool:
@@ -383,12 +386,6 @@ class Node(ClockStampedModel):
             self.metadata.get("concurrency_override"),
             cpu_to_tasks_ratio,
         )
-
-
-def _development_watermarks() -> bool:
-    from django.conf import settings
-
-    return bool(getattr(settings, "ZOEKT_DEVELOPMENT_WATERMARKS", False))
 
 
 class EnabledNamespace(ClockStampedModel):

@@ -11,7 +11,6 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from django.apps import apps
-from django.conf import settings
 from django.db import models
 from django.db.models import (
     Case,
@@ -26,7 +25,7 @@ from django.db.models import (
 )
 from django.db.models.functions import Coalesce
 
-from zoekt import capacity, clock, search_health
+from zoekt import app_settings, capacity, clock, search_health
 
 
 def _model(name: str) -> type[models.Model]:
@@ -157,10 +156,10 @@ class NodeQuerySet(models.QuerySet):
         # used / total >= limit  <=>  used >= limit * total, for total > 0.
         return self.filter(total_bytes__gt=0, used_bytes__gte=F("total_bytes") * limit)
 
-    # ``development`` None follows settings.ZOEKT_DEVELOPMENT_WATERMARKS, as the model does.
+    # ``development`` None follows app_settings.development_watermarks(), as the model does.
     def _limit(self, which: int, development: bool | None) -> float:
         if development is None:
-            development = bool(getattr(settings, "ZOEKT_DEVELOPMENT_WATERMARKS", False))
+            development = app_settings.development_watermarks()
         return capacity.watermark_limits(development)[which]
 
     def low_watermark_exceeded(self, development: bool | None = None) -> NodeQuerySet:

@@ -192,7 +192,7 @@ class SchedulingService:
         hot = (
             Node.objects.for_search()
             .online(self.now)
-            .high_watermark_exceeded(_development_watermarks())
+            .high_watermark_exceeded(app_settings.development_watermarks())
             .count()
         )
         return self._event(hot > 0, "evict_from_nodes", nodes_over_high_watermark=hot)
@@ -363,9 +363,3 @@ class SchedulingService:
             return {"skipped": Reason.NO_ONLINE_NODES, "lost_node_id": node_id}
         self._dispatch_event("delete_lost_node", node_id)
         return {"dispatched": ["delete_lost_node"], "lost_node_id": node_id}
-
-
-def _development_watermarks() -> bool:
-    from django.conf import settings
-
-    return bool(getattr(settings, "ZOEKT_DEVELOPMENT_WATERMARKS", False))
