@@ -1,23 +1,26 @@
 """Request validation and reply shapes of the operator API. Serializers validate; they never write.
 
 GitLab's admin endpoints take GitLab's parameter names. The catalog bulk
-upsert takes complete rows in GitLab's column names; its JSON types are
-strict (an id is a JSON integer, a flag a JSON boolean), unknown keys are
-refused, and a row's references to other rows are checked by the action,
-against the batch and the database together, under its lock.
+upsert takes complete rows in GitLab's column names: the body's shape (an
+object of at most three tables, each a list of at most ``MAX_CATALOG_ROWS``
+objects) is checked here, and the rows by ``zoekt.catalog``'s row checks, the
+GitLab sync's too: strict JSON types (an id is a JSON integer, a flag a JSON
+boolean), ranges, unknown keys refused, the batch against itself. A row's
+references to other rows are checked by the upsert, against the batch and the
+database together, under its lock.
 """
 
 from __future__ import annotations
 
-from collections import Counter
+from collections.abc import Mapping
 
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from api.errors import flatten_errors
-from api.serializers import MAX_BIGINT, MAX_BYTES, StrictSerializer
+from api.serializers import StrictSerializer
+from zoekt import catalog
 from zoekt.models import Namespace, ProjectFeature
-from zoekt.operator_actions import known_repository_storages
 
 MAX_INT = 2**31 - 1
 # Rows per table in one catalog batch.
@@ -26,43 +29,10 @@ MAX_CATALOG_ROWS = 10_000
 VISIBILITY_LEVELS = [(0, "private"), (10, "internal"), (20, "public")]
 
 
-# --- strict JSON types ---------------------------------------------------------------------
-
-
-class StrictIntegerField(serializers.IntegerField):
-    """A JSON integer: refuses strings, floats and booleans."""
-
-    def to_internal_value(self, data):
-        if isinstance(data, bool) or not isinstance(data, int):
-            self.fail("invalid")
-        return super().to_internal_value(data)
-
-
-class StrictBooleanField(serializers.BooleanField):
-    """A JSON boolean: refuses ``"true"``, ``1`` and the like."""
-
-    def to_internal_value(self, data):
-        if not isinstance(data, bool):
-            self.fail("invalid", input=data)
-        return data
-
-
-class StrictCharField(serializers.CharField):
-    """A JSON string: refuses numbers."""
-
-    def to_internal_value(self, data):
-        if not isinstance(data, str):
-            self.fail("invalid")
-        return super().to_internal_value(data)
-
-
-class StrictIntegerChoiceField(serializers.ChoiceField):
-    """One of a few JSON integers."""
-
-    def to_internal_value(self, data):
-        if isinstance(data, bool) or not isinstance(data, int):
-            self.fail("invalid_choice", input=data)
-        return super().to_internal_value(data)
+# --- the catalog's columns, as the schema shows them --------------------------------------------
+#
+# The catalog's rows are checked by ``zoekt.catalog`` (the GitLab sync writes through the
+# same checks); these fields only describe the columns for the OpenAPI schema.
 
 
 # The three fields below describe their choices without an ``enum``: drf-spectacular
@@ -77,7 +47,7 @@ class StrictIntegerChoiceField(serializers.ChoiceField):
         "description": "0 private, 10 internal, 20 public (GitLab's visibility levels).",
     }
 )
-class VisibilityLevelField(StrictIntegerChoiceField):
+class VisibilityLevelField(serializers.ChoiceField):
     """GitLab's visibility level: 0 private, 10 internal, 20 public."""
 
     def __init__(self, **kwargs):
@@ -93,7 +63,7 @@ class VisibilityLevelField(StrictIntegerChoiceField):
         "description": "0 disabled, 10 private, 20 enabled (GitLab's feature access levels).",
     }
 )
-class RepositoryAccessLevelField(StrictIntegerChoiceField):
+class RepositoryAccessLevelField(serializers.ChoiceField):
     """GitLab's feature access level: 0 disabled, 10 private, 20 enabled."""
 
     def __init__(self, **kwargs):
@@ -114,12 +84,12 @@ class NamespaceTypeField(serializers.ChoiceField):
         super().__init__(choices=Namespace.Type.values, **kwargs)
 
 
-def _id(**kwargs) -> StrictIntegerField:
-    return StrictIntegerField(min_value=1, max_value=MAX_BIGINT, **kwargs)
+def _id(**kwargs) -> serializers.IntegerField:
+    return serializers.IntegerField(min_value=1, max_value=catalog.MAX_ID, **kwargs)
 
 
-def _name() -> StrictCharField:
-    return StrictCharField(max_length=255)
+def _name() -> serializers.CharField:
+    return serializers.CharField(max_length=catalog.MAX_NAME_LENGTH)
 
 
 # --- GitLab's admin endpoints -----------------------------------------------------------------
@@ -200,8 +170,24 @@ class IndexedNamespaceSerializer(serializers.Serializer):
 # --- the catalog bulk upsert -------------------------------------------------------------------
 
 
-class CatalogNamespaceSerializer(StrictSerializer):
+class _CatalogRowSerializer(serializers.Serializer):
+    """A row of ``table``: a JSON object here, then ``zoekt.catalog.check_row``."""
+
+    table: str
+
+    def to_internal_value(self, data):
+        if not isinstance(data, Mapping):
+            return super().to_internal_value(data)  # DRF's "Expected a dictionary".
+        row, errors = catalog.check_row(self.table, data)
+        if errors:
+            raise serializers.ValidationError(errors)
+        return row
+
+
+class CatalogNamespaceSerializer(_CatalogRowSerializer):
     """A row of GitLab's `namespaces` table."""
+
+    table = "namespaces"
 
     id = _id()
     name = _name()
@@ -209,11 +195,13 @@ class CatalogNamespaceSerializer(StrictSerializer):
     type = NamespaceTypeField()
     parent_id = _id(allow_null=True)
     visibility_level = VisibilityLevelField()
-    archived = StrictBooleanField()
+    archived = serializers.BooleanField()
 
 
-class CatalogProjectSerializer(StrictSerializer):
+class CatalogProjectSerializer(_CatalogRowSerializer):
     """A row of GitLab's `projects` table with its feature and fork columns."""
+
+    table = "projects"
 
     id = _id()
     name = _name()
@@ -221,27 +209,20 @@ class CatalogProjectSerializer(StrictSerializer):
     namespace_id = _id()
     project_namespace_id = _id()
     visibility_level = VisibilityLevelField()
-    archived = StrictBooleanField()
+    archived = serializers.BooleanField()
     repository_storage = _name()
     repository_access_level = RepositoryAccessLevelField()
     forked_from_project_id = _id(allow_null=True)
 
-    def validate_repository_storage(self, value: str) -> str:
-        known = known_repository_storages()
-        if value not in known:
-            raise serializers.ValidationError(
-                f"Unknown repository storage {value!r}; configured: {', '.join(known)} "
-                f"(ZOEKT_GITALY_STORAGES)."
-            )
-        return value
 
-
-class CatalogProjectStatisticsSerializer(StrictSerializer):
+class CatalogProjectStatisticsSerializer(_CatalogRowSerializer):
     """A row of GitLab's `project_statistics` table."""
 
+    table = "project_statistics"
+
     project_id = _id()
-    repository_size = StrictIntegerField(min_value=0, max_value=MAX_BYTES)
-    storage_size = StrictIntegerField(min_value=0, max_value=MAX_BYTES)
+    repository_size = serializers.IntegerField(min_value=0, max_value=catalog.MAX_BYTES)
+    storage_size = serializers.IntegerField(min_value=0, max_value=catalog.MAX_BYTES)
 
 
 class CatalogBulkUpsertSerializer(StrictSerializer):
@@ -262,50 +243,12 @@ class CatalogBulkUpsertSerializer(StrictSerializer):
     def validate(self, attrs):
         for table in ("namespaces", "projects", "project_statistics"):
             attrs.setdefault(table, [])
-        errors: dict[str, list[str]] = {}
-
-        def duplicates(table: str, field: str, noun: str) -> None:
-            rows = attrs[table]
-            counts = Counter(row[field] for row in rows)
-            first: dict[int, int] = {}
-            for i, row in enumerate(rows):
-                value = row[field]
-                if counts[value] < 2:
-                    continue
-                if value not in first:
-                    first[value] = i
-                    continue
-                errors.setdefault(f"{table}[{i}].{field}", []).append(
-                    f"Duplicate {noun} {value}: also in {table}[{first[value]}]."
-                )
-
-        duplicates("namespaces", "id", "namespace")
-        duplicates("projects", "id", "project")
-        duplicates("projects", "project_namespace_id", "project namespace")
-        duplicates("project_statistics", "project_id", "project")
-        for i, row in enumerate(attrs["namespaces"]):
-            if row["parent_id"] == row["id"]:
-                errors.setdefault(f"namespaces[{i}].parent_id", []).append(
-                    "A namespace cannot be its own parent."
-                )
-        for j, row in enumerate(attrs["projects"]):
-            if row["forked_from_project_id"] == row["id"]:
-                errors.setdefault(f"projects[{j}].forked_from_project_id", []).append(
-                    "A project cannot be forked from itself."
-                )
+        errors = catalog.batch_errors(
+            attrs["namespaces"], attrs["projects"], attrs["project_statistics"]
+        )
         if errors:
-            raise serializers.ValidationError(dict(sorted(errors.items(), key=_row_order)))
+            raise serializers.ValidationError(errors)
         return attrs
-
-
-_TABLE_ORDER = {"namespaces": 0, "projects": 1, "project_statistics": 2}
-
-
-def _row_order(item: tuple[str, list[str]]) -> tuple[int, int, str]:
-    key = item[0]
-    table, _, rest = key.partition("[")
-    index, _, field = rest.partition("].")
-    return (_TABLE_ORDER.get(table, 9), int(index or 0), field)
 
 
 class CatalogTableCountsSerializer(serializers.Serializer):

@@ -26,7 +26,7 @@ from rest_framework.views import APIView
 
 from api import operator_serializers as s
 from api.errors import PayloadTooLarge
-from zoekt import app_settings, operator_actions
+from zoekt import app_settings, catalog, operator_actions
 from zoekt.logging import get_logger
 from zoekt.models import EnabledNamespace, Index, Node
 
@@ -486,7 +486,7 @@ class CatalogBulkUpsertView(OperatorAPIView):
         serializer = s.CatalogBulkUpsertSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
-        result = operator_actions.do_bulk_upsert_catalog(
+        result = catalog.do_bulk_upsert_catalog(
             data["namespaces"], data["projects"], data["project_statistics"]
         )
         log.info("catalog_bulk_upsert", user=request.user.username, **result)

@@ -13,8 +13,8 @@
    deletion pipeline removes them from the nodes), then group and user namespaces (an
    enabled namespace goes with its root, and its indices through the same pipeline).
 
-Every write goes through the bulk API's own path (its serializer, then
-``do_bulk_upsert_catalog``), so
+Every write goes through the catalog's one write path, the bulk API's too
+(``zoekt.catalog``: its row checks, then ``do_bulk_upsert_catalog``), so
 ``traversal_ids``, forks, features and the root storage statistics come out as they do
 for any writer. Each batch also marks its objects seen by this sweep
 (``zoekt_gitlab_seen``), and the sweep's row keeps a cursor (the phase, the last root
@@ -49,15 +49,12 @@ from typing import Any
 import gitlab
 from django.db import connection, transaction
 
-from api.errors import flatten_errors
-from api.operator_serializers import CatalogBulkUpsertSerializer
 from gitlab_sync import rows
 from gitlab_sync.models import Seen, Sweep
-from zoekt import clock
+from zoekt import catalog, clock
 from zoekt.locks import LockKey, advisory_xact_lock, try_advisory_session_lock
 from zoekt.logging import get_logger
 from zoekt.models import Namespace, Project
-from zoekt.operator_actions import Rejected, do_bulk_upsert_catalog
 
 log = get_logger(__name__)
 
@@ -467,13 +464,13 @@ class _Walker:
         self._say("projects")
 
     def _upsert(self, namespace_rows, project_rows, statistics, kind: str):
-        """Upsert one batch as the bulk API does (its serializer, then its upsert); rows
-        it refuses are skipped and named, and the rest written."""
+        """Upsert one batch as the bulk API does (the catalog's row checks, then its
+        upsert); rows it refuses are skipped and named, and the rest written."""
         for attempt in range(2):
             try:
                 bulk_upsert(namespace_rows, project_rows, statistics)
                 return namespace_rows, project_rows, statistics
-            except Rejected as exc:
+            except catalog.Rejected as exc:
                 if attempt:
                     raise SweepError(f"GitLab's rows were refused: {exc.errors}") from exc
                 namespace_rows, project_rows, statistics = self._without_refused(
@@ -520,19 +517,9 @@ class _Walker:
 
 
 def bulk_upsert(namespace_rows: list[dict], project_rows: list[dict], statistics: list[dict]):
-    """``POST /api/v1/catalog/bulk_upsert``'s path without HTTP: the same serializer
+    """``POST /api/v1/catalog/bulk_upsert``'s path without HTTP: the same row checks
     (types, ranges, known repository storages), then the same upsert."""
-    serializer = CatalogBulkUpsertSerializer(
-        data={
-            "namespaces": namespace_rows,
-            "projects": project_rows,
-            "project_statistics": statistics,
-        }
-    )
-    if not serializer.is_valid():
-        raise Rejected(flatten_errors(serializer.errors))
-    data = serializer.validated_data
-    return do_bulk_upsert_catalog(data["namespaces"], data["projects"], data["project_statistics"])
+    return catalog.bulk_upsert(namespace_rows, project_rows, statistics)
 
 
 def _parents_first(namespace_rows: list[dict]) -> list[dict]:

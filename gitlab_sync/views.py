@@ -32,6 +32,16 @@ class HookNotConfigured(exceptions.NotFound):
     default_detail = "No system hook secret is configured (ZOEKT_GITLAB_HOOK_SECRET_FILE)."
 
 
+class BodyTooLarge(exceptions.APIException):
+    """A 413 naming ``body``, in the API's error shape."""
+
+    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
+    default_code = "payload_too_large"
+
+    def __init__(self, message: str):
+        super().__init__({"body": [message]})
+
+
 class BadToken(exceptions.AuthenticationFailed):
     default_detail = f"A missing or wrong {TOKEN_HEADER}."
 
@@ -80,9 +90,7 @@ class SystemHookView(APIView):
         except ValueError:
             declared = 0
         if declared > MAX_HOOK_BODY_BYTES:
-            from api.errors import PayloadTooLarge
-
-            raise PayloadTooLarge(f"Request body exceeds {MAX_HOOK_BODY_BYTES} bytes.")
+            raise BodyTooLarge(f"Request body exceeds {MAX_HOOK_BODY_BYTES} bytes.")
         body = request.data
         if not isinstance(body, dict):
             raise exceptions.ValidationError({"body": ["Must be a JSON object."]})

@@ -297,9 +297,9 @@ class Replay:
         app_settings.update(validate=True, **values)
 
     def load_catalog(self, namespaces: list, projects: list, statistics: list) -> dict:
-        from zoekt import operator_actions
+        from zoekt.catalog import do_bulk_upsert_catalog
 
-        return operator_actions.do_bulk_upsert_catalog(namespaces, projects, statistics)
+        return do_bulk_upsert_catalog(namespaces, projects, statistics)
 
     def enable(self, root_ids: Iterable[int], *, search: bool = True, label: str = "") -> None:
         """Enable root namespaces for indexing (and search), as the admin API does."""

@@ -40,8 +40,8 @@ ALLOWED: Mapping[str, frozenset[str]] = {
     "planner": frozenset({"zoekt"}),
     "eviction": frozenset({"zoekt", "planner"}),
     "api": frozenset({"zoekt"}),
-    # Following GitLab: it writes the catalog through zoekt's path, answers in api's shape.
-    "gitlab_sync": frozenset({"zoekt", "api"}),
+    # Following GitLab: it writes the catalog through zoekt.catalog, the bulk API's path too.
+    "gitlab_sync": frozenset({"zoekt"}),
     "dashboard": frozenset({"zoekt", "planner", "eviction", "api", "gitlab_sync"}),
     "simulator": PRODUCT,
     # The wiring (settings, the Celery app and its beat, the URL root, the WSGI entry, the

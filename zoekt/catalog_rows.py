@@ -1,6 +1,6 @@
 """The catalog's rows as the bulk upsert takes them (plain dicts: no Django needed).
 
-``zoekt.operator_actions.do_bulk_upsert_catalog`` takes them; the demo's
+``zoekt.catalog.do_bulk_upsert_catalog`` takes them; the demo's
 catalog, the replays and the tests build their rows here.
 """
 

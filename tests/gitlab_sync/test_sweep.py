@@ -13,10 +13,10 @@ from gitlab_sync import rows, sweep
 from gitlab_sync.models import Seen, Sweep
 from simulator.fakegitlab import FakeGitLab, serve
 from tests.locking import session_lock_held_elsewhere
+from zoekt.catalog import do_bulk_upsert_catalog
 from zoekt.catalog_rows import group_row, project_rows
 from zoekt.locks import LockKey
 from zoekt.models import Namespace, Project, ProjectStatistics
-from zoekt.operator_actions import do_bulk_upsert_catalog
 
 pytestmark = pytest.mark.django_db
 

@@ -22,6 +22,7 @@ from planner.tasks import rollout_task
 from simulator.fakenode import MIB, FakeNode, FakeNodeConfig
 from tests.scheduling.conftest import set_setting
 from zoekt import operator_actions
+from zoekt.catalog import do_bulk_upsert_catalog
 from zoekt.models import Index, Node, Project, Repository
 from zoekt.reasons import Reason
 from zoekt.scheduling.lost_index_data import (
@@ -131,7 +132,7 @@ def test_a_node_that_lost_its_state_directory_gets_its_indices_rebuilt(
     try:
         node = start()
         assert heartbeat(node)["truncate"] is True
-        operator_actions.do_bulk_upsert_catalog(**catalog())
+        do_bulk_upsert_catalog(**catalog())
         operator_actions.do_enable_namespace(0, ROOT_ID, search=True)
         run_until(lambda: search_targets(ROOT_ID).search_enabled, node)
         project_ids = sorted(Project.objects.values_list("id", flat=True))

@@ -35,7 +35,7 @@ from simulator.democatalog import (  # noqa: F401 (re-exported for the demo's ca
     index_sizes,
     namespaces_root,
 )
-from zoekt import app_settings, operator_actions
+from zoekt import app_settings, catalog, operator_actions
 from zoekt.models import EnabledNamespace
 
 
@@ -82,7 +82,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, groups, projects, seed, id_base, no_rollout, **options):
-        storages = operator_actions.known_repository_storages()
+        storages = catalog.known_repository_storages()
         namespaces, project_rows, statistics = build_catalog(
             groups=groups,
             projects=projects,
@@ -90,7 +90,7 @@ class Command(BaseCommand):
             id_base=id_base,
             storage="default" if "default" in storages else storages[0],
         )
-        counts = operator_actions.do_bulk_upsert_catalog(namespaces, project_rows, statistics)
+        counts = catalog.do_bulk_upsert_catalog(namespaces, project_rows, statistics)
         roots = [row["id"] for row in namespaces if row["type"] == "Group" and not row["parent_id"]]
         subgroups = sum(1 for row in namespaces if row["type"] == "Group" and row["parent_id"])
         self.stdout.write(
