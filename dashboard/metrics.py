@@ -1,6 +1,6 @@
 """Prometheus ``/metrics``: the fleet read from the database at scrape time.
 
-A custom collector (``FleetCollector``) reads ``dashboard.readmodels.fleet_overview``,
+A custom collector (``FleetCollector``) reads ``dashboard.readmodels.fleet.fleet_overview``,
 ``eviction.queries.eviction_overview`` and four grouped counts on every
 scrape and yields gauges and counters; nothing is kept in the process, so
 every web replica answers the same and no background job is needed. The
@@ -37,7 +37,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from dashboard import readmodels
+from dashboard.readmodels.fleet import FleetOverview, fleet_overview
 from eviction.models import EvictionDecision
 from eviction.queries import eviction_overview
 from gitlab_sync.status import status as gitlab_status
@@ -63,7 +63,7 @@ class FleetCollector:
 
     def collect(self) -> Iterator[Metric]:
         now = clock.now()
-        overview = readmodels.fleet_overview(now=now)
+        overview = fleet_overview(now=now)
         yield from self._gitlab_node_metrics(overview)
         yield from self._gitlab_counts(overview, now)
         yield from self._node_metrics(overview)
@@ -75,7 +75,7 @@ class FleetCollector:
         yield from self._gitlab_sync(now)
 
     # --- GitLab's names -------------------------------------------------------------
-    def _gitlab_node_metrics(self, overview: readmodels.FleetOverview) -> Iterator[Metric]:
+    def _gitlab_node_metrics(self, overview: FleetOverview) -> Iterator[Metric]:
         status = _gauge(
             "search_zoekt_nodes_status",
             "Status of each Zoekt node: 1 online (seen within the online threshold), 0 offline.",
@@ -111,7 +111,7 @@ class FleetCollector:
                 tasks.add_metric([str(node.id), node.name, state], count)
         yield from (status, unclaimed, percent, queue, tasks)
 
-    def _gitlab_counts(self, overview: readmodels.FleetOverview, now) -> Iterator[Metric]:
+    def _gitlab_counts(self, overview: FleetOverview, now) -> Iterator[Metric]:
         repositories = _gauge(
             "search_zoekt_repositories_states_total",
             "Zoekt repositories in each state.",
@@ -169,7 +169,7 @@ class FleetCollector:
         yield from (repositories, indices, levels, stale, namespaces, schema)
 
     # --- ours -----------------------------------------------------------------------
-    def _node_metrics(self, overview: readmodels.FleetOverview) -> Iterator[Metric]:
+    def _node_metrics(self, overview: FleetOverview) -> Iterator[Metric]:
         gauges = {
             "searchable": _gauge(
                 "zoekt_control_node_searchable",
@@ -229,7 +229,7 @@ class FleetCollector:
                 gauges["shards"].add_metric(labels, m.shards_loaded)
         yield from gauges.values()
 
-    def _fleet_counts(self, overview: readmodels.FleetOverview) -> Iterator[Metric]:
+    def _fleet_counts(self, overview: FleetOverview) -> Iterator[Metric]:
         replicas = _gauge(
             "zoekt_control_replicas_states", "Zoekt replicas in each state.", ("state",)
         )

@@ -4,8 +4,8 @@
 (recent rollout plans), ``.../namespaces/`` and ``.../namespaces/<root id>/``,
 ``.../evictions/`` (nodes over the high watermark, in cooldown, and the
 eviction decisions), ``.../moves/`` (moves in flight and recent).
-Each view reads one function of ``dashboard.readmodels`` (a fixed number of
-queries) and renders a template under ``templates/zoekt/dashboard/`` that
+Each view reads one function of its page's module in ``dashboard.readmodels`` (a
+fixed number of queries) and renders a template under ``templates/zoekt/dashboard/`` that
 extends the admin's ``base_site.html``; charts are inline SVG drawn by
 ``dashboard.charts``, so nothing is fetched at run time. ``admin_view`` wraps
 every view: anonymous users are sent to the admin login, non-staff refused.
@@ -21,7 +21,18 @@ from django.template.response import TemplateResponse
 from django.urls import path
 from django.utils.safestring import SafeString
 
-from dashboard import charts, history, readmodels
+from dashboard import charts, history
+from dashboard.readmodels.common import UnknownChoice
+from dashboard.readmodels.evictions import eviction_page
+from dashboard.readmodels.fleet import NodeRow, fleet_overview
+from dashboard.readmodels.moves import move_page
+from dashboard.readmodels.namespaces import (
+    NAMESPACE_FILTERS,
+    NAMESPACE_SORTS,
+    namespace_detail,
+    namespace_page,
+)
+from dashboard.readmodels.plans import PLAN_FILTERS, plan_detail, recent_plans
 from gitlab_sync import status as gitlab_status
 from zoekt import clock, memory
 from zoekt.admin import human_bytes
@@ -57,7 +68,7 @@ def _render(request: HttpRequest, template: str, tab: str, title: str, **context
 
 @dataclass(frozen=True)
 class NodeChart:
-    node: readmodels.NodeRow
+    node: NodeRow
     disk: SafeString
     memory: SafeString
     budget_bytes: int | None
@@ -65,7 +76,7 @@ class NodeChart:
 
 
 def fleet(request: HttpRequest) -> HttpResponse:
-    overview = readmodels.fleet_overview()
+    overview = fleet_overview()
     memories = [node.memory for node in overview.nodes if node.memory is not None]
     scale = max(
         (
@@ -237,17 +248,17 @@ def plans(request: HttpRequest) -> HttpResponse:
         "plans.html",
         "plans",
         "Recent rollout plans",
-        plans=readmodels.recent_plans(),
+        plans=recent_plans(),
     )
 
 
 def plan(request: HttpRequest, plan_id: int) -> HttpResponse:
     current = request.GET.get("filter", "")
     error = None
-    if current not in readmodels.PLAN_FILTERS:
-        error = readmodels.UnknownChoice("filter", current, readmodels.PLAN_FILTERS)
+    if current not in PLAN_FILTERS:
+        error = UnknownChoice("filter", current, PLAN_FILTERS)
         current = ""
-    detail = readmodels.plan_detail(plan_id, filter=current, page=request.GET.get("page", 1))
+    detail = plan_detail(plan_id, filter=current, page=request.GET.get("page", 1))
     if detail is None:
         raise Http404("no such rollout plan (only the last 50 are kept)")
     response = _render(
@@ -256,7 +267,7 @@ def plan(request: HttpRequest, plan_id: int) -> HttpResponse:
         "plans",
         f"Rollout plan {plan_id}",
         detail=detail,
-        filters=readmodels.PLAN_FILTERS,
+        filters=PLAN_FILTERS,
         current_filter=current,
         error=error,
     )
@@ -277,16 +288,16 @@ def namespaces(request: HttpRequest) -> HttpResponse:
     sort = request.GET.get("sort", "")
     context = {
         "query": query,
-        "filters": readmodels.NAMESPACE_FILTERS,
-        "sorts": readmodels.NAMESPACE_SORTS,
+        "filters": NAMESPACE_FILTERS,
+        "sorts": NAMESPACE_SORTS,
         "current_filter": current,
         "current_sort": sort,
     }
     try:
-        page, rows = readmodels.namespace_page(
+        page, rows = namespace_page(
             query=query, filter=current, sort=sort, page=request.GET.get("page", 1)
         )
-    except readmodels.UnknownChoice as error:
+    except UnknownChoice as error:
         # Not silently everything: say which value is wrong and which are known.
         response = _render(
             request,
@@ -311,7 +322,7 @@ def namespaces(request: HttpRequest) -> HttpResponse:
 
 
 def namespace(request: HttpRequest, root_namespace_id: int) -> HttpResponse:
-    detail = readmodels.namespace_detail(root_namespace_id)
+    detail = namespace_detail(root_namespace_id)
     if detail is None:
         raise Http404("this root namespace is not enabled for Zoekt")
     return _render(
@@ -334,7 +345,7 @@ def evictions(request: HttpRequest) -> HttpResponse:
         "evictions.html",
         "evictions",
         "Evictions",
-        evictions=readmodels.eviction_page(page=request.GET.get("page", 1)),
+        evictions=eviction_page(page=request.GET.get("page", 1)),
     )
 
 
@@ -344,7 +355,7 @@ def moves(request: HttpRequest) -> HttpResponse:
         "moves.html",
         "moves",
         "Moves",
-        moves=readmodels.move_page(page=request.GET.get("page", 1)),
+        moves=move_page(page=request.GET.get("page", 1)),
         page=None,
     )
 

@@ -14,7 +14,7 @@ import io
 import pytest
 from django.core.management import call_command
 
-from dashboard.readmodels import demo_progress
+from dashboard.readmodels.demo import demo_progress
 from simulator.democatalog import build_catalog, index_sizes
 from simulator.fakenode import GIB, default_index_size
 from simulator.replay import Replay
