@@ -14,8 +14,8 @@ import io
 import pytest
 from django.core.management import call_command
 
-from dashboard.readmodels.demo import demo_progress
 from simulator.democatalog import build_catalog, index_sizes
+from simulator.demoprogress import demo_progress
 from simulator.fakenode import GIB, default_index_size
 from simulator.replay import Replay
 from zoekt.models import EnabledNamespace, Index, Replica

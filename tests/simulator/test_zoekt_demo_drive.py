@@ -14,7 +14,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from dashboard.readmodels.demo import demo_progress
+from simulator.demoprogress import demo_progress
 from simulator.management.commands.zoekt_demo_drive import (
     IDLE_CHECK_SECONDS,
     DemoDriver,

@@ -51,7 +51,7 @@ from typing import Any
 from django.core.management.base import BaseCommand
 from django.db import close_old_connections
 
-from dashboard.readmodels.demo import DemoProgress, demo_progress
+from simulator.demoprogress import DemoProgress, demo_progress
 
 DASHBOARD_URL = "http://127.0.0.1:8000/admin/dashboard/"
 # Index states shown in the progress line even at zero; others only when present.

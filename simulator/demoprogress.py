@@ -1,5 +1,10 @@
-"""``demo_progress``: nodes online, namespaces with a ready replica, indices and
-repositories by state (what ``make demo`` prints while it converges).
+"""The demo's progress: nodes online, namespaces with a ready replica, indices and
+repositories by state (what ``make demo``'s driver prints while the fleet converges).
+
+``demo_progress`` reads the database in a fixed number of queries, with the
+dashboard's state names and counting helpers (``dashboard.readmodels.common``);
+it is the demo's, so it lives with the simulator, which nothing in the product
+imports.
 """
 
 from __future__ import annotations
