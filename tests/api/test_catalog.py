@@ -19,6 +19,7 @@ from rest_framework.test import APIClient
 
 from tests.api.helpers import ERROR_KEYS
 from tests.factories import GroupFactory
+from zoekt import catalog
 from zoekt.models import (
     ForkNetworkMember,
     Namespace,
@@ -478,6 +479,24 @@ def test_a_bad_row_rejects_the_whole_batch_naming_row_and_field(
     assert key in body["errors"], body["errors"]
     assert any(message in m for m in body["errors"][key]), body["errors"][key]
     assert body["error"].startswith(f"{next(iter(body['errors']))}: ")
+    assert catalog_snapshot() == before
+
+
+@pytest.mark.parametrize(("change", "key", "message"), BAD_BATCHES)
+def test_the_catalogs_own_path_rejects_a_bad_row_as_the_api_does(
+    api, database_catalog, change, key, message
+):
+    """``zoekt.catalog.bulk_upsert``, the GitLab sync's path without HTTP, names the same
+    rows, fields and messages as the bulk API, and writes nothing either."""
+    batch = copy.deepcopy(good_batch())
+    change(batch)
+    answered = api.post(URL, copy.deepcopy(batch), format="json").json()["errors"]
+    before = catalog_snapshot()
+    with pytest.raises(catalog.Rejected) as rejected:
+        catalog.bulk_upsert(
+            batch.get("namespaces", []), batch.get("projects", []), batch["project_statistics"]
+        )
+    assert rejected.value.errors == answered
     assert catalog_snapshot() == before
 
 
