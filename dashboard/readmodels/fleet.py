@@ -66,6 +66,11 @@ class NodeRow:
     over_high_seconds: int | None = None
     #: The end of the node's eviction cooldown, while it is in the future.
     eviction_cooldown_until: datetime | None = None
+    #: Whether the node serves search (``NodeQuerySet.for_search``: the zoekt service).
+    for_search: bool = True
+    schema_version: int | None = None
+    #: The indexer's RSS as the node reports it in its metadata (None: not reported).
+    indexer_rss_bytes: int | None = None
 
     @property
     def index_count(self) -> int:
@@ -197,6 +202,9 @@ def fleet_overview(
             memory=memories.get(node.id),
             over_high_seconds=seconds_since(node.high_watermark_exceeded_at, now),
             eviction_cooldown_until=future(node.eviction_cooldown_until, now),
+            for_search=Node.Service.ZOEKT in (node.services or ()),
+            schema_version=node.schema_version,
+            indexer_rss_bytes=memory.process_counter(node.metadata, "indexer", "rss_bytes"),
         )
         for node in nodes
     ]

@@ -170,8 +170,30 @@ def test_json_carries_each_nodes_memory_for_the_dashboard(fleet):
     assert detail["memory"]["estimated_memory_bytes"] == 6 * GIB
     assert detail["memory"]["observed_memory_ratio"] == 0.6
     assert detail["memory"]["memory_watermark"] == "high"
-    assert detail["rows"]["Shards loaded"] == 40
-    assert data["indexing_status"]["Indices count"] == {"total": 2, "counts": {"ready": 2}}
+    assert detail["memory"]["shards_loaded"] == 40
+    indices = data["indexing_status"]["indices"]
+    assert indices["total"] == 2
+    assert {state: n for state, n in indices["counts"].items() if n} == {"ready": 2}
+
+
+def test_json_is_typed_bytes_seconds_times_and_counts(fleet):
+    hot, _cold, _quiet = fleet
+    data = json.loads(run("--json"))
+    assert data["generated_at"] == "2026-03-01T12:00:00+00:00"
+    nodes = data["nodes"]
+    assert nodes["node_count"] == {"total": 4, "counts": {"offline": 1, "online": 3}}
+    assert nodes["storage_total_bytes"] == 4 * DISK
+    assert nodes["memory_observed_rss_bytes"] == 13 * GIB
+    settings = data["exact_code_search"]["settings"]
+    assert settings["eviction_sustain_seconds"] == 8 * 3600
+    assert settings["node_memory_budget_bytes"] == 16 * GIB
+    assert settings["search_enabled"] is False
+    (detail,) = [d for d in data["node_details"] if d["id"] == hot.id]
+    assert detail["online"] is True
+    assert detail["last_seen_at"] == "2026-03-01T12:00:00+00:00"
+    assert detail["unclaimed_storage_bytes"] == DISK
+    assert data["gitlab"]["hook_lag_seconds"] == 0
+    assert data["gitlab"]["last_sweep"] is None
 
 
 def test_json_and_watch_do_not_mix(now):

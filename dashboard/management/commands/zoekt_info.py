@@ -20,21 +20,29 @@ it, the shards loaded, and the observed ratios (``docs/memory.md``):
 ``observed_memory_ratio`` (RSS ÷ used storage of ready indices) and RSS per
 repository byte (the quantity ``memory_ratio`` estimates) — neither is
 ``memory_ratio`` itself.
+
+The figures are the read models' (the fleet page's for the nodes, their memory
+and the counts by state; eviction's overview; the GitLab page's status), with a
+query of its own only where the figure is this report's alone. ``--json`` prints
+the same figures typed (bytes as integers, durations in seconds, times in ISO
+8601, snake_case keys): ``docs/zoekt_info.md`` documents every key.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 import json
 import time
 from collections.abc import Iterable, Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django.conf import settings as django_settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db.models import Count, Sum
 
+from dashboard.readmodels.fleet import FleetOverview, NodeRow, fleet_overview
 from dashboard.templatetags.zoekt_dashboard import duration
 from eviction.queries import EvictionOverview, eviction_overview
 from gitlab_sync.status import status as gitlab_status
@@ -47,8 +55,6 @@ from zoekt.models import (
     Index,
     Namespace,
     Node,
-    Replica,
-    Repository,
     Task,
 )
 
@@ -128,13 +134,15 @@ class Command(BaseCommand):
 
     def render(self, report: Mapping[str, Any]) -> str:
         lines: list[str] = []
-        lines += self._section("Exact Code Search", report["exact_code_search"])
-        lines += self._section("Nodes", report["nodes"])
-        lines += self._section("Indexing status", report["indexing_status"])
+        lines += self._section("Exact Code Search", report["exact_code_search"]["rows"])
+        lines += self._section("Nodes", report["nodes"]["rows"])
+        lines += self._section("Indexing status", report["indexing_status"]["rows"])
         lines += self._eviction(report["eviction"])
-        lines += self._section("GitLab", report["gitlab"])
-        lines += self._section("Feature Flags (Non-Default Values)", report["feature_flags"])
-        lines += self._section("Feature Flags (Default Values)", report["feature_flags_default"])
+        lines += self._section("GitLab", report["gitlab"]["rows"])
+        flags = report["feature_flags"]["rows"]
+        lines += self._section("Feature Flags (Non-Default Values)", flags)
+        defaults = report["feature_flags_default"]["rows"]
+        lines += self._section("Feature Flags (Default Values)", defaults)
         if "node_details" in report:
             lines.append(self.style.MIGRATE_HEADING("Node Details"))
             for node in report["node_details"]:
@@ -151,11 +159,11 @@ class Command(BaseCommand):
         for decision in eviction["recent"]:
             verdict = "applied" if decision["applied"] else "skipped"
             text = (
-                f"#{decision['id']} {decision['last_seen_at']} {decision['node_name']} "
+                f"#{decision['id']} {_utc(decision['last_seen_at'])} {decision['node_name']} "
                 f"{decision['trigger']}/{decision['mode']} {verdict}: {decision['reason']}"
             )
             if decision["repeats"] > 1:
-                text += f" (x{decision['repeats']} since {decision['created_at']})"
+                text += f" (x{decision['repeats']} since {_utc(decision['created_at'])})"
             if decision["applied"]:
                 text += (
                     f"; {decision['namespaces_affected']} namespace(s), "
@@ -165,7 +173,7 @@ class Command(BaseCommand):
                 )
             if decision["cooldown_end_reason"]:
                 text += (
-                    f"; cooldown ended {decision['cooldown_ended_at']} "
+                    f"; cooldown ended {_utc_or_none(decision['cooldown_ended_at'])} "
                     f"({decision['cooldown_end_reason']})"
                 )
             out.append(f"    {self._colour('high' if decision['applied'] else '', text)}")
@@ -227,9 +235,6 @@ class Level:
         self.level = level
         self.text = text
 
-    def as_json(self) -> dict[str, Any]:
-        return {"level": self.level, "text": self.text}
-
 
 # --------------------------------------------------------------------------- #
 # The data
@@ -237,31 +242,52 @@ class Level:
 
 
 def collect(*, extended: bool) -> dict[str, Any]:
-    """The report as rows of ``(label, value)`` per section (``as_json`` makes it JSON)."""
+    """The report: per section, ``rows`` of ``(label, value)`` for the text and ``data``
+    with the same figures as typed values (``as_json`` makes it the JSON document).
+
+    The nodes, their memory and the fleet's counts by state are the fleet page's read
+    model (``dashboard.readmodels.fleet.fleet_overview``), restricted to the search
+    nodes; the eviction figures are ``eviction.queries.eviction_overview`` (the
+    evictions page's), the GitLab ones ``gitlab_sync.status`` (the GitLab page's).
+    """
     now = clock.now()
     settings = app_settings.current()
     row = app_settings.load_row()
-    nodes = list(Node.objects.for_search().with_unclaimed_storage_bytes().order_by("id"))
-    report = memory.node_memory_report(settings=settings, now=now)
-    by_node = {entry.node_id: entry for entry in report}
+    overview = fleet_overview(now=now, settings=settings)
+    nodes = sorted((node for node in overview.nodes if node.for_search), key=lambda n: n.id)
     out: dict[str, Any] = {
+        "now": now,
         "generated_at": _utc(now),
-        "exact_code_search": _settings_rows(row, settings),
-        "nodes": _node_rows(nodes, by_node, now),
-        "indexing_status": _indexing_rows(settings, now),
+        "exact_code_search": _settings_section(row, settings),
+        "nodes": _nodes_section(nodes, now),
+        "indexing_status": _indexing_section(settings, overview, now),
         "eviction": _eviction(settings, eviction_overview(recent=RECENT_DECISIONS, now=now), now),
-        "gitlab": _gitlab_rows(now),
-        "feature_flags": [],
-        "feature_flags_default": [],
+        "gitlab": _gitlab_section(now),
+        "feature_flags": {"rows": [], "data": {}},
+        "feature_flags_default": {"rows": [], "data": {}},
     }
     if extended:
-        out["node_details"] = [_node_details(node, by_node[node.id], now) for node in nodes]
+        out["node_details"] = [_node_details(node, now) for node in nodes]
     return out
 
 
+#: The report's sections in the JSON document's order (``docs/zoekt_info.md``).
+SECTIONS = (
+    "exact_code_search",
+    "nodes",
+    "indexing_status",
+    "eviction",
+    "gitlab",
+    "feature_flags",
+    "feature_flags_default",
+)
+
+
 def _jsonable(value: Any) -> Any:
-    if isinstance(value, Counts | Level):
+    if isinstance(value, Counts):
         return value.as_json()
+    if isinstance(value, datetime):
+        return _iso(value)
     if isinstance(value, Mapping):
         return {key: _jsonable(item) for key, item in value.items()}
     if isinstance(value, list | tuple):
@@ -270,40 +296,30 @@ def _jsonable(value: Any) -> Any:
 
 
 def as_json(report: Mapping[str, Any]) -> dict[str, Any]:
-    """Rows become ``{label: value}`` objects; Counts and Level become plain data."""
-    out: dict[str, Any] = {"generated_at": report["generated_at"]}
-    for key in (
-        "exact_code_search",
-        "nodes",
-        "indexing_status",
-        "gitlab",
-        "feature_flags",
-        "feature_flags_default",
-    ):
-        out[key] = {label: _jsonable(value) for label, value in report[key]}
-    eviction = report["eviction"]
-    out["eviction"] = {
-        **eviction["data"],
-        "summary": {label: _jsonable(value) for label, value in eviction["rows"]},
-        "recent": eviction["recent"],
-    }
+    """Each section's ``data``: snake_case keys, bytes and counts as integers, durations
+    in seconds, booleans, times as ISO 8601 strings (``docs/zoekt_info.md``)."""
+    out: dict[str, Any] = {"generated_at": _iso(report["now"])}
+    for key in SECTIONS:
+        out[key] = _jsonable(report[key]["data"])
     if "node_details" in report:
-        out["node_details"] = [
-            {
-                "id": node["id"],
-                "name": node["name"],
-                "rows": {label: _jsonable(value) for label, value in node["rows"]},
-                "memory": node["memory"],
-            }
-            for node in report["node_details"]
-        ]
+        out["node_details"] = [_jsonable(node["data"]) for node in report["node_details"]]
     return out
 
 
-def _gitlab_rows(now: datetime) -> list:
+def _counts(counts: Mapping[str, int]) -> Counts:
+    """Every state's count (zeros included) for the JSON; the text shows those present."""
+    return Counts(sum(counts.values()), counts)
+
+
+def _present(counts: Counts) -> Counts:
+    return Counts(counts.total, {key: n for key, n in counts.items.items() if n})
+
+
+def _gitlab_section(now: datetime) -> dict[str, Any]:
     """Following GitLab (docs/gitlab.md): the sweeps and the system hooks."""
     current = gitlab_status(now)
     sweep = current.last_sweep
+    hooks = Counts(sum(current.hooks.values()), current.hooks)
     rows: list = [
         ("Sweep configured", current.configured),
         ("System hook configured", current.hooks_configured),
@@ -322,16 +338,38 @@ def _gitlab_rows(now: datetime) -> list:
         if sweep["error"]:
             rows.append(("Last sweep error", sweep["error"]))
     rows += [
-        ("Hook events", Counts(sum(current.hooks.values()), current.hooks)),
+        ("Hook events", hooks),
         ("Hook lag", f"{current.hook_lag_seconds:.0f}s"),
     ]
-    return rows
+    data = {
+        "sweep_configured": current.configured,
+        "system_hook_configured": current.hooks_configured,
+        "last_complete_sweep_at": current.last_complete_sweep_at,
+        "last_sweep": None
+        if sweep is None
+        else {
+            "id": sweep["id"],
+            "state": sweep["state"],
+            "phase": sweep["phase"],
+            "started_at": sweep["started_at"],
+            "finished_at": sweep["finished_at"],
+            "projects_written": sweep["projects"],
+            "projects_skipped": sweep["skipped"],
+            "projects_removed": sweep["removed_projects"],
+            "requests": sweep["requests"],
+            "error": sweep["error"] or None,
+        },
+        "hook_events": hooks,
+        "hook_lag_seconds": current.hook_lag_seconds,
+    }
+    return {"rows": rows, "data": data}
 
 
-def _settings_rows(row: ApplicationSetting, settings: app_settings.ZoektSettings) -> list:
+def _settings_section(row: ApplicationSetting, settings: app_settings.ZoektSettings) -> dict:
     from zoekt.admin import SETTINGS_FIELDS
 
-    rows: list[tuple[str, Any]] = [("Version", f"zoekt-control {_version()}")]
+    version = _version()
+    rows: list[tuple[str, Any]] = [("Version", f"zoekt-control {version}")]
     for name in SETTINGS_FIELDS:
         field = ApplicationSetting._meta.get_field(name)
         value = getattr(row, name)
@@ -344,27 +382,33 @@ def _settings_rows(row: ApplicationSetting, settings: app_settings.ZoektSettings
             value = "(not set)"
         rows.append((label[:1].upper() + label[1:], value))
     budget = settings.node_memory_budget_bytes
-    ceiling = "-" if budget is None else _size(budget // CONCURRENCY_FACTOR)
+    ceiling = None if budget is None else budget // CONCURRENCY_FACTOR
     rows.append(
         (
             "Memory concurrency factor (constant)",
             f"{CONCURRENCY_FACTOR} (max memory per index: budget / {CONCURRENCY_FACTOR} = "
-            f"{ceiling})",
+            f"{'-' if ceiling is None else _size(ceiling)})",
         )
     )
+    low, high, critical = memory.memory_watermark_limits()
     rows.append(
         (
             "Memory watermarks (RSS / budget)",
-            "low {:.0%}, high {:.0%} (no new index), critical {:.0%}".format(
-                *memory.memory_watermark_limits()
-            ),
+            f"low {low:.0%}, high {high:.0%} (no new index), critical {critical:.0%}",
         )
     )
-    return rows
+    data = {
+        "version": version,
+        "settings": dataclasses.asdict(settings),
+        "memory_concurrency_factor": CONCURRENCY_FACTOR,
+        "max_memory_per_index_bytes": ceiling,
+        "memory_watermarks": {"low": low, "high": high, "critical": critical},
+    }
+    return {"rows": rows, "data": data}
 
 
-def _node_rows(nodes: list[Node], by_node: Mapping[int, memory.NodeMemory], now) -> list:
-    online = [node for node in nodes if node.is_online(now)]
+def _nodes_section(nodes: list[NodeRow], now: datetime) -> dict[str, Any]:
+    online = [node for node in nodes if node.online]
     last_seen = max((node.last_seen_at for node in nodes), default=None)
     reserved = Index.objects.aggregate(total=Sum("reserved_storage_bytes"))["total"] or 0
     usable = sum(node.usable_storage_bytes for node in nodes)
@@ -373,69 +417,105 @@ def _node_rows(nodes: list[Node], by_node: Mapping[int, memory.NodeMemory], now)
     total = sum(node.total_bytes for node in nodes)
     disk_levels = {level.value: 0 for level in NodeWatermark}
     memory_levels = {level.value: 0 for level in NodeWatermark} | {"unknown": 0}
-    estimated = observed = 0
+    estimated = observed = reporting = 0
     for node in online:
         disk_levels[node.watermark.value] += 1
-        entry = by_node[node.id]
+        entry = node.memory
         level = entry.memory_watermark
         memory_levels["unknown" if level is None else level.value] += 1
         if entry.rss_bytes is not None:
             estimated += entry.estimated_memory_bytes
             observed += entry.rss_bytes
-    reporting = sum(1 for node in online if by_node[node.id].rss_bytes is not None)
-    return [
-        (
-            "Node count",
-            Counts(len(nodes), {"online": len(online), "offline": len(nodes) - len(online)}),
-        ),
+            reporting += 1
+    schema_version = Node.objects.for_search().maximum_schema_version(now)
+    count = Counts(len(nodes), {"online": len(online), "offline": len(nodes) - len(online)})
+    disk = Counts(len(online), disk_levels)
+    memory_counts = Counts(len(online), memory_levels)
+    rows = [
+        ("Node count", count),
         (
             "Last seen at",
             None if last_seen is None else f"{_utc(last_seen)} ({_ago(now, last_seen)})",
         ),
-        ("Max schema_version", Node.objects.for_search().maximum_schema_version(now)),
+        ("Max schema_version", schema_version),
         ("Storage reserved / usable", _ratio(reserved, usable)),
         ("Storage indexed / reserved", _ratio(indexed, reserved)),
         ("Storage used / total", _ratio(used, total)),
-        ("Online node watermark levels", Counts(len(online), disk_levels)),
-        ("Online node memory watermark levels", Counts(len(online), memory_levels)),
+        ("Online node watermark levels", disk),
+        ("Online node memory watermark levels", memory_counts),
         (
             "Memory estimated / observed RSS",
             f"{_size(estimated)} / {_size(observed)} over {reporting} online node(s) reporting "
             "webserver RSS",
         ),
     ]
+    data = {
+        "node_count": count,
+        "last_seen_at": last_seen,
+        "max_schema_version": schema_version,
+        "storage_reserved_bytes": reserved,
+        "storage_usable_bytes": usable,
+        "storage_indexed_bytes": indexed,
+        "storage_used_bytes": used,
+        "storage_total_bytes": total,
+        "online_node_watermark_levels": disk,
+        "online_node_memory_watermark_levels": memory_counts,
+        "memory_estimated_bytes": estimated,
+        "memory_observed_rss_bytes": observed,
+        "online_nodes_reporting_rss": reporting,
+    }
+    return {"rows": rows, "data": data}
 
 
-def _indexing_rows(settings: app_settings.ZoektSettings, now: datetime) -> list:
+def _indexing_section(
+    settings: app_settings.ZoektSettings, overview: FleetOverview, now: datetime
+) -> dict[str, Any]:
     interval = settings.rollout_retry_interval_seconds
-    enabled = EnabledNamespace.objects.all()
-    without = enabled.with_missing_indices()
-    return [
-        ("Group count", Namespace.objects.top_level_groups().count()),
+    without = EnabledNamespace.objects.with_missing_indices()
+    enabled = Counts(
+        overview.enabled_namespaces,
+        {
+            "without_indices": without.count(),
+            "rollout_blocked": without.with_rollout_blocked(interval, now).count(),
+            "with_search_disabled": overview.enabled_namespaces
+            - overview.search_enabled_namespaces,
+        },
+    )
+    groups = Namespace.objects.top_level_groups().count()
+    replicas = _counts(overview.replicas)
+    indices = _counts(overview.indices)
+    index_levels = _counts(overview.index_watermark_levels)
+    repositories = _counts(overview.repositories)
+    # Only the tasks of nodes that still exist (the fleet's read model counts them all).
+    tasks = _by(Task.objects.join_nodes(), "state", Task.State)
+    pending = _by(Task.objects.join_nodes().pending_or_processing(), "task_type", Task.TaskType)
+    rows = [
+        ("Group count", groups),
         (
             "EnabledNamespace count",
             Counts(
-                enabled.count(),
-                {
-                    "without indices": without.count(),
-                    "rollout blocked": without.with_rollout_blocked(interval, now).count(),
-                    "with search disabled": enabled.search_disabled().count(),
-                },
+                enabled.total,
+                {key.replace("_", " "): n for key, n in enabled.items.items()},
             ),
         ),
-        ("Replicas count", _by(Replica.objects.all(), "state", Replica.State)),
-        ("Indices count", _by(Index.objects.all(), "state", Index.State)),
-        (
-            "Indices watermark levels",
-            _by(Index.objects.all(), "watermark_level", Index.WatermarkLevel),
-        ),
-        ("Repositories count", _by(Repository.objects.all(), "state", Repository.State)),
-        ("Tasks count", _by(Task.objects.join_nodes(), "state", Task.State)),
-        (
-            "Tasks pending/processing by type",
-            _by(Task.objects.join_nodes().pending_or_processing(), "task_type", Task.TaskType),
-        ),
+        ("Replicas count", _present(replicas)),
+        ("Indices count", _present(indices)),
+        ("Indices watermark levels", _present(index_levels)),
+        ("Repositories count", _present(repositories)),
+        ("Tasks count", _present(tasks)),
+        ("Tasks pending/processing by type", _present(pending)),
     ]
+    data = {
+        "group_count": groups,
+        "enabled_namespaces": enabled,
+        "replicas": replicas,
+        "indices": indices,
+        "index_watermark_levels": index_levels,
+        "repositories": repositories,
+        "tasks": tasks,
+        "tasks_pending_or_processing_by_type": pending,
+    }
+    return {"rows": rows, "data": data}
 
 
 def _eviction(
@@ -452,7 +532,7 @@ def _eviction(
             "percent_used": node.percent_used,
             "over_high_seconds": node.over_high_seconds,
             "over_high": node.percent_used >= high,
-            "cooldown_until": None if node.cooldown_until is None else _utc(node.cooldown_until),
+            "cooldown_until": node.cooldown_until,
         }
         for node in overview.over_high
     ]
@@ -461,7 +541,7 @@ def _eviction(
             "id": node.node_id,
             "name": node.node_name,
             "percent_used": node.percent_used,
-            "cooldown_until": _utc(node.cooldown_until),
+            "cooldown_until": node.cooldown_until,
             "cooldown_seconds_left": max(0, int((node.cooldown_until - now).total_seconds())),
         }
         for node in overview.cooling
@@ -469,6 +549,7 @@ def _eviction(
     applied = {f"{t}/{m}": count for (t, m), count in overview.applied.items()}
     affected = {f"{t}/{m}": count for (t, m), count in overview.namespaces_affected.items()}
     skipped = {f"{t}/{r}": count for (t, r), count in overview.skipped.items()}
+    kept_down_to = high - capacity.EVICTION_HYSTERESIS
     rows: list[tuple[str, Any]] = [
         ("Node-level eviction", "on" if settings.node_level_eviction_enabled else "off"),
         (
@@ -483,7 +564,7 @@ def _eviction(
         (
             "Watermarks (disk)",
             f"low {low:.0%}, high {high:.0%}, critical {critical:.0%}; sustain clock kept "
-            f"down to {high - capacity.EVICTION_HYSTERESIS:.0%}",
+            f"down to {kept_down_to:.0%}",
         ),
         (
             "Nodes over high watermark",
@@ -491,14 +572,18 @@ def _eviction(
                 f"{n['name']} {n['percent_used'] * 100:.1f}% for "
                 f"{_duration(n['over_high_seconds'])}"
                 + ("" if n["over_high"] else " (under high, clock kept)")
-                + ("" if n["cooldown_until"] is None else f", cooling until {n['cooldown_until']}")
+                + (
+                    ""
+                    if n["cooldown_until"] is None
+                    else f", cooling until {_utc(n['cooldown_until'])}"
+                )
                 for n in over_high
             ),
         ),
         (
             "Nodes in cooldown",
             _listing(
-                f"{n['name']} until {n['cooldown_until']} "
+                f"{n['name']} until {_utc(n['cooldown_until'])} "
                 f"({_duration(n['cooldown_seconds_left'])} left)"
                 for n in cooling
             ),
@@ -510,8 +595,8 @@ def _eviction(
     recent = [
         {
             "id": row.id,
-            "created_at": _utc(row.created_at),
-            "last_seen_at": _utc(row.last_seen_at),
+            "created_at": row.created_at,
+            "last_seen_at": row.last_seen_at,
             "repeats": row.repeats,
             "node_id": row.node_id,
             "node_name": row.node_name,
@@ -524,10 +609,8 @@ def _eviction(
             "used_bytes": row.used_bytes,
             "total_bytes": row.total_bytes,
             "projected_used_bytes": row.projected_used_bytes,
-            "cooldown_ended_at": None
-            if row.cooldown_ended_at is None
-            else _utc(row.cooldown_ended_at),
-            "cooldown_end_reason": row.cooldown_end_reason,
+            "cooldown_ended_at": row.cooldown_ended_at,
+            "cooldown_end_reason": row.cooldown_end_reason or None,
         }
         for row in overview.recent
     ]
@@ -538,13 +621,19 @@ def _eviction(
             "eviction_sustain_seconds": settings.eviction_sustain_seconds,
             "eviction_cooldown_seconds": settings.eviction_cooldown_seconds,
             "eviction_order": settings.eviction_order,
-            "watermarks": {"low": low, "high": high, "critical": critical},
+            "watermarks": {
+                "low": low,
+                "high": high,
+                "critical": critical,
+                "sustain_clock_kept_down_to": kept_down_to,
+            },
         },
         "nodes_over_high_watermark": over_high,
         "nodes_in_cooldown": cooling,
         "applied": applied,
         "namespaces_affected": affected,
         "skipped": skipped,
+        "recent": recent,
     }
     return {"rows": rows, "data": data, "recent": recent}
 
@@ -555,8 +644,9 @@ def _listing(items: Iterable[str]) -> str:
 
 
 def _by(queryset, field: str, choices) -> Counts:
+    """Rows of ``queryset`` by ``field``: every choice's count, zeros included."""
     rows = queryset.order_by().values(field).annotate(n=Count("pk")).values_list(field, "n")
-    items: dict[str, int] = {}
+    items: dict[str, int] = {choice.label: 0 for choice in choices}
     for value, count in rows:
         try:
             label = choices(value).label
@@ -566,8 +656,8 @@ def _by(queryset, field: str, choices) -> Counts:
     return Counts(sum(items.values()), items)
 
 
-def _node_details(node: Node, entry: memory.NodeMemory, now: datetime) -> dict[str, Any]:
-    online = node.is_online(now)
+def _node_details(node: NodeRow, now: datetime) -> dict[str, Any]:
+    entry = node.memory
     disk = node.watermark
     mem_level = entry.memory_watermark
     memory_value: Any
@@ -586,13 +676,14 @@ def _node_details(node: Node, entry: memory.NodeMemory, now: datetime) -> dict[s
             f"{entry.memory_percent_used * 100:.1f}% of {_size(entry.memory_budget_bytes)} "
             f"({entry.budget_source} budget) - {mem_level.value}{excluded}{note}",
         )
-    indexer_rss = memory.process_counter(node.metadata, "indexer", "rss_bytes")
+    indexer_rss = node.indexer_rss_bytes
     rss_line = "(not reported)" if entry.rss_bytes is None else _size(entry.rss_bytes)
     rss_line += f" | estimated for its indices: {_size(entry.estimated_memory_bytes)}"
     if entry.observed_to_estimated is not None:
         rss_line += f" (observed {entry.observed_to_estimated:.2f}× the estimate)"
+    status = "online" if node.online else "offline"
     rows: list[tuple[str, Any]] = [
-        ("Status", Level("online" if online else "offline", "Online" if online else "Offline")),
+        ("Status", Level(status, status.capitalize())),
         ("Last seen at", f"{_utc(node.last_seen_at)} ({_ago(now, node.last_seen_at)})"),
         (
             "Disk utilization",
@@ -624,7 +715,20 @@ def _node_details(node: Node, entry: memory.NodeMemory, now: datetime) -> dict[s
             ),
         ),
     ]
-    return {"id": node.id, "name": node.name, "rows": rows, "memory": entry.as_dict()}
+    data = {
+        "id": node.id,
+        "name": node.name,
+        "online": node.online,
+        "last_seen_at": node.last_seen_at,
+        "storage_percent_used": node.storage_percent_used,
+        "disk_watermark": disk.value,
+        "unclaimed_storage_bytes": node.unclaimed_storage_bytes,
+        "version": node.version,
+        "schema_version": node.schema_version,
+        "indexer_rss_bytes": indexer_rss,
+        "memory": entry.as_dict(),
+    }
+    return {"id": node.id, "name": node.name, "rows": rows, "data": data}
 
 
 def _observed(value: float | None, what: str) -> str:
@@ -647,6 +751,15 @@ def _version() -> str:
 
 def _utc(value: datetime) -> str:
     return value.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _utc_or_none(value: datetime | None) -> str:
+    return "None" if value is None else _utc(value)
+
+
+def _iso(value: datetime | None) -> str | None:
+    """ISO 8601 in UTC (``2026-03-01T12:00:00+00:00``), for the JSON document."""
+    return None if value is None else value.astimezone(UTC).isoformat()
 
 
 def _ago(now: datetime, then: datetime) -> str:
