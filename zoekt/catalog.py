@@ -204,7 +204,7 @@ _TABLES = tuple(COLUMNS)
 
 
 def check_row(table: str, row: Mapping) -> tuple[dict, dict[str, list[str]]]:
-    """One row held to its table's columns: ``(clean row, {}) `` or ``({}, errors by column)``.
+    """One row held to its table's columns: ``(clean row, {})`` or ``({}, errors by column)``.
 
     Unknown columns are named alone; otherwise every bad column is. The clean row has
     every column, strings trimmed.
