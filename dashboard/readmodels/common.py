@@ -85,12 +85,6 @@ def grouped(queryset, field: str) -> list[tuple[int, int]]:
     )
 
 
-def development_watermarks() -> bool:
-    from django.conf import settings
-
-    return bool(getattr(settings, "ZOEKT_DEVELOPMENT_WATERMARKS", False))
-
-
 class UnknownChoice(ValueError):
     """A query parameter outside its choices: the page answers 400 and names them."""
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from django.core.paginator import Page, Paginator
 
-from dashboard.readmodels.common import development_watermarks, future
+from dashboard.readmodels.common import future
 from eviction.models import EvictionDecision
 from eviction.queries import EvictionOverview, eviction_overview
 from zoekt import app_settings, capacity, clock
@@ -142,5 +142,5 @@ def eviction_page(
         overview=overview,
         page=page_obj,
         decisions=decisions,
-        watermark_limits=capacity.watermark_limits(development_watermarks()),
+        watermark_limits=capacity.watermark_limits(app_settings.development_watermarks()),
     )

@@ -22,7 +22,6 @@ from dashboard.readmodels.common import (
     TASK_STATE_NAMES,
     WATERMARK_LEVEL_NAMES,
     by_state,
-    development_watermarks,
     future,
     grouped,
     indices_by_node_and_state,
@@ -176,7 +175,7 @@ def fleet_overview(
         tasks_due[node_id] += due
         fleet_tasks[state] += count
 
-    development = capacity.watermark_limits(development_watermarks())
+    development = capacity.watermark_limits(app_settings.development_watermarks())
     rows = [
         NodeRow(
             id=node.id,

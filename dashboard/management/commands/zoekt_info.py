@@ -522,9 +522,7 @@ def _eviction(
     settings: app_settings.ZoektSettings, overview: EvictionOverview, now: datetime
 ) -> dict[str, Any]:
     """The Eviction section: rows for the text, and the same figures as plain data."""
-    low, high, critical = capacity.watermark_limits(
-        bool(getattr(django_settings, "ZOEKT_DEVELOPMENT_WATERMARKS", False))
-    )
+    low, high, critical = capacity.watermark_limits(app_settings.development_watermarks())
     over_high = [
         {
             "id": node.node_id,
