@@ -20,13 +20,10 @@ from urllib.parse import urlsplit
 
 from rest_framework import serializers
 
+from zoekt.capacity import MAX_BYTES
 from zoekt.models import Node
 
 MAX_BIGINT = 2**63 - 1
-#: The largest byte count a node or the catalog may report: 1 PiB, more than any disk or
-#: repository, and small enough that sums of 8,192 of them (a node's usable storage,
-#: an index's repositories) stay inside PostgreSQL's bigint.
-MAX_BYTES = 2**50
 MAX_SMALLINT = 2**15 - 1
 MAX_URL_LENGTH = 1024
 MAX_BODY_BYTES = 64 * 1024

@@ -176,6 +176,11 @@ def observed_buffer_factor(
     return used_storage_bytes / repository_size
 
 
+#: The largest byte count a node or the catalog may report: 1 PiB, more than any disk or
+#: repository, and small enough that sums of 8,192 of them (a node's usable storage,
+#: an index's repositories) stay inside PostgreSQL's bigint.
+MAX_BYTES = 2**50
+
 # --- Memory: the same watermark arithmetic on RSS ÷ budget -----------------------------------
 
 #: Memory watermarks on ``rss_bytes / budget`` (the disk limits' values, reference 4.1).

@@ -34,6 +34,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import OuterRef, Q, Subquery
 
 from zoekt import clock
+from zoekt.capacity import MAX_BYTES
 from zoekt.locks import LockKey, advisory_xact_lock
 from zoekt.logging import get_logger
 from zoekt.models import (
@@ -65,8 +66,6 @@ __all__ = [
 
 #: The largest id (PostgreSQL's bigint).
 MAX_ID = 2**63 - 1
-#: The largest byte count the catalog takes: 1 PiB (as a node's reports; see api.serializers).
-MAX_BYTES = 2**50
 #: A name's or a path's longest length.
 MAX_NAME_LENGTH = 255
 #: GitLab's Gitlab::VisibilityLevel: 0 private, 10 internal, 20 public.

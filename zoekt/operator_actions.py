@@ -14,7 +14,7 @@ from celery.utils import uuid as celery_uuid
 from django.db import transaction
 from django.db.models import Exists, OuterRef, Q
 
-from zoekt import clock, hooks
+from zoekt import clock, hooks, transitions
 from zoekt.logging import get_logger
 from zoekt.models import (
     EnabledNamespace,
@@ -189,12 +189,11 @@ def do_enable_namespace(node_id: int, namespace_id: int, search: bool | None) ->
                 replica = Replica.objects.create(
                     zoekt_enabled_namespace=enabled, namespace_id=namespace.id
                 )
-            index = Index.objects.create(
+            index = transitions.create_ready_index(
                 zoekt_enabled_namespace=enabled,
                 zoekt_node=node,
                 zoekt_replica=replica,
                 namespace_id=namespace.id,
-                state=Index.State.READY,
             )
             index_created = True
     return EnableResult(enabled, node.id, created, index.id, index_created)
@@ -230,11 +229,11 @@ def do_disable_namespace(node_id: int, namespace_id: int) -> dict:
         if node is not None:
             indices = indices.filter(zoekt_node=node)
         has_repositories = Exists(Repository.objects.filter(zoekt_index=OuterRef("pk")))
-        marked = indices.filter(has_repositories).update(
+        marked = transitions.mark_indices_pending_deletion(
+            indices.filter(has_repositories),
+            now=now,
             zoekt_enabled_namespace=None,
             zoekt_replica=None,
-            state=Index.State.PENDING_DELETION,
-            updated_at=now,
         )
         _, per_model = indices.exclude(has_repositories).delete()
         deleted = per_model.get(Index._meta.label, 0)

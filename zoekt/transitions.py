@@ -30,6 +30,12 @@ from zoekt.models import Index, Repository
 # ----------------------------------------------------------------------------
 
 
+def create_ready_index(**fields) -> Index:
+    """An index born ``ready``: GitLab's admin API attaches a namespace to a node that
+    already holds its data (``PUT .../shards/:node_id/indexed_namespaces/:namespace_id``)."""
+    return Index.objects.create(**fields, state=Index.State.READY)
+
+
 def mark_indices_initializing(rows: QuerySet[Index], *, now: datetime) -> int:
     """Pending indices whose repository rows exist (initial indexing), or ready ones
     whose data a node lost (to be indexed again), become ``initializing``."""

@@ -34,7 +34,7 @@ from zoekt.models import Task
 pytestmark = pytest.mark.django_db
 
 BIG = 2**63  # one more than the largest bigint
-#: One byte more than a node may report (``api.serializers.MAX_BYTES``, 1 PiB): a bigint,
+#: One byte more than a node may report (``zoekt.capacity.MAX_BYTES``, 1 PiB): a bigint,
 #: but one whose sums overflowed (``disk.indexed`` near 2**63 gave a 500 once).
 OVER_MAX_BYTES = 2**50 + 1
 TOKEN_HEADER = "Gitlab-Shell-Api-Request"
