@@ -17,7 +17,6 @@ from datetime import timedelta
 
 import pytest
 
-from config.celery import app as celery_app
 from simulator.fakenode import GIB, FakeNode, default_index_size
 from tests.factories import (
     EnabledNamespaceFactory,
@@ -43,23 +42,6 @@ def make_node(make_fake_node):
         return make_fake_node(name, **{"concurrency": 2, "task_delay": (0.0, 0.02), **overrides})
 
     return make
-
-
-@pytest.fixture
-def clock_offset(settings):
-    """Move the server's (and the test's) clock forward by setting the offset."""
-
-    def set_offset(seconds: float) -> None:
-        settings.ZOEKT_CLOCK_OFFSET_SECONDS = float(seconds)
-
-    settings.ZOEKT_CLOCK_OFFSET_SECONDS = 0.0
-    return set_offset
-
-
-@pytest.fixture
-def eager_celery(monkeypatch):
-    """Run the failed-task handler in the live server's thread rather than via the broker."""
-    monkeypatch.setitem(celery_app.conf, "task_always_eager", True)
 
 
 def drive(nodes: list[FakeNode], *, rounds: int = 20) -> list:

@@ -26,7 +26,6 @@ import requests
 from django.contrib.auth import get_user_model
 from rest_framework.authtoken.models import Token
 
-from config.celery import app as celery_app
 from planner.tasks import rollout_task
 from simulator.fakenode import MIB, FakeNode
 from tests.scheduling.conftest import set_setting
@@ -39,20 +38,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 ROOT_ID = 7000
 PROJECTS = 6
 TWELVE_HOURS = 12 * 3600
-
-
-@pytest.fixture
-def eager_celery(monkeypatch):
-    monkeypatch.setitem(celery_app.conf, "task_always_eager", True)
-
-
-@pytest.fixture
-def clock_offset(settings):
-    def set_offset(seconds: float) -> None:
-        settings.ZOEKT_CLOCK_OFFSET_SECONDS = float(seconds)
-
-    settings.ZOEKT_CLOCK_OFFSET_SECONDS = 0.0
-    return set_offset
 
 
 @pytest.fixture

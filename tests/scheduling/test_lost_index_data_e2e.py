@@ -17,7 +17,6 @@ import shutil
 import pytest
 from django.conf import settings
 
-from config.celery import app as celery_app
 from planner.tasks import rollout_task
 from simulator.fakenode import MIB, FakeNode, FakeNodeConfig
 from tests.scheduling.conftest import set_setting
@@ -81,11 +80,6 @@ def run_until(condition, node: FakeNode, *, ticks: int = 15) -> None:
         if condition():
             return
     raise AssertionError(f"not reached after {ticks} ticks")
-
-
-@pytest.fixture
-def eager_celery(monkeypatch):
-    monkeypatch.setitem(celery_app.conf, "task_always_eager", True)
 
 
 @pytest.fixture
