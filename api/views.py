@@ -210,6 +210,8 @@ class CallbackView(NodeAPIView):
             "task_id": data["payload"].get("task_id"),
             "error": data.get("error"),
             "payload": data["payload"],
+            # As GitLab's line: what the indexer added (``repo_stats``), null when it sent none.
+            "additional_payload": data.get("additional_payload"),
         }
         if node is None:
             log.error("callback_unknown_node", **log_fields)

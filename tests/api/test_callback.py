@@ -172,6 +172,34 @@ def test_a_payload_with_keys_of_its_own_is_applied_and_logged_whole(
     assert logged["task_id"] == index_task.id
 
 
+@pytest.mark.parametrize("form", [False, True], ids=["json", "form"])
+def test_the_callback_line_carries_the_additional_payload_as_gitlabs_does(
+    node_api, node, repository, index_task, caplog, form
+):
+    caplog.set_level(logging.INFO)
+
+    report(node_api, node, success(index_task, size=123_456, files=7), form=form, action="done")
+
+    (logged,) = callback_logs(caplog)
+    assert logged["additional_payload"] == {
+        "repo_stats": {"size_in_bytes": 123_456, "index_file_count": 7}
+    }
+    assert logged["level"] == "info"
+
+
+def test_a_callback_without_an_additional_payload_logs_it_as_null(
+    node_api, node, repository, index_task, caplog
+):
+    caplog.set_level(logging.INFO)
+
+    report(node_api, node, failure(index_task), action="retry_scheduled")
+
+    (logged,) = callback_logs(caplog)
+    assert "additional_payload" in logged
+    assert logged["additional_payload"] is None
+    assert logged["level"] == "error"
+
+
 def test_a_callback_from_an_unknown_node_logs_its_payload(node_api, index_task, caplog):
     caplog.set_level(logging.INFO)
     body = {"name": "index", "success": True, "payload": {"key": "value"}}
@@ -185,6 +213,7 @@ def test_a_callback_from_an_unknown_node_logs_its_payload(node_api, index_task, 
         if isinstance(r.msg, dict) and r.msg.get("event") == "callback_unknown_node"
     ]
     assert [r["payload"] for r in logged] == [{"key": "value"}]
+    assert [r["additional_payload"] for r in logged] == [None]
 
 
 # --- success ------------------------------------------------------------------------------------
