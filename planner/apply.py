@@ -14,7 +14,16 @@ all, and one replica's failure costs no other replica anything.
    order, so two writers cannot deadlock on them. While the locks are held no
    heartbeat can change a node's usable bytes, no index can claim more of a
    node (``Index.update_storage_bytes_and_watermark_level`` locks the node
-   first) and no enabled namespace can be deleted under us.
+   first) and no enabled namespace can be deleted under us. Should either
+   batch-wide statement raise (a malformed id in a hand-written plan, a row
+   lock that cannot be had within ``lock_timeout``, any database error), the
+   apply starts again from nothing written and looks each enabled namespace
+   and each node up on its own, in the same order, each in its own savepoint.
+   A lookup that raises then fails only what depends on it, as GitLab's
+   per-namespace rescue does: an enabled namespace's plans are recorded as
+   ``provisioning_failed`` errors with GitLab's ``{message,
+   failed_namespace_id}`` (not stamped: the row could not be read) and left
+   out of the steps below; a node's failure refuses the replicas placed on it.
 2. **Re-check, with live numbers, per replica.** Each locked node's unclaimed
    storage is recomputed in SQL (usable minus every index's reservation, in
    any state). Then, per ``create`` namespace and replica in plan order,
@@ -152,59 +161,108 @@ class ProvisioningService:
         self.result = ProvisioningResult()
         #: Node id -> name: the live row's metadata ``name``, else the plan's.
         self.node_names: dict[int, str] = {}
+        #: A node whose one-by-one lookup raised (by ``_order`` of its id) -> the error.
+        self.node_lookup_errors: dict[tuple, str] = {}
 
     def execute(self) -> ProvisioningResult:
+        try:
+            with transaction.atomic():
+                return self._execute(one_by_one=False)
+        except _BatchLookupFailed:
+            # Nothing was written before the locks: start again, one lookup at a time.
+            self.result = ProvisioningResult()
+            self.node_names = {}
+            self.node_lookup_errors = {}
+        with transaction.atomic():
+            return self._execute(one_by_one=True)
+
+    def _execute(self, *, one_by_one: bool) -> ProvisioningResult:
         creates = list(self.plan.get("create", ()))
         failures = list(self.plan.get("failures", ()))
         destroys = list(self.plan.get("destroy", ()))
-        with transaction.atomic():
-            enabled = self._lock_enabled_namespaces([*creates, *failures, *destroys])
-            self._names_from_plan(creates)
-            live = self._lock_nodes(creates)
-            taken = self._existing_placements(creates)
-            failed: dict[int, int] = {}  # enabled namespace id -> required bytes
-            for ns_plan in failures:
-                if self._enabled_for(ns_plan, enabled) is not None:
-                    failed[ns_plan["enabled_namespace_id"]] = _required(ns_plan)
-            accepted: list[_Accepted] = []
-            for ns_plan in creates:
-                if self._enabled_for(ns_plan, enabled) is None:
-                    self._missing(ns_plan)
-                    continue
-                try:
-                    replicas = self._check(ns_plan, live, taken)
-                except Exception as exc:  # one namespace's surprise never stops the batch
-                    self._unexpected(exc, ns_plan)
-                    failed[ns_plan["enabled_namespace_id"]] = _required(ns_plan)
-                    continue
-                if replicas:
-                    accepted.append(_Accepted(ns_plan, replicas))
-                elif ns_plan.get("replicas"):
-                    failed[ns_plan["enabled_namespace_id"]] = _required(ns_plan)
-            done = len(creates) - len(accepted)
-            written: Counter[int] = Counter()
-            for start in range(0, len(accepted), self.chunk_size):
-                chunk = accepted[start : start + self.chunk_size]
-                written.update(self._write(chunk))
-                done += len(chunk)
-                if self.progress is not None:
-                    self.progress(done, len(creates))
-            for item in accepted:
-                if not written[item.ns_plan["enabled_namespace_id"]]:
-                    failed[item.ns_plan["enabled_namespace_id"]] = _required(item.ns_plan)
-            self._stamp(enabled, failed)
-            self._destroy(destroys, enabled)
+        enabled, unread = self._lock_enabled_namespaces(
+            [*creates, *failures, *destroys], one_by_one=one_by_one
+        )
+        if unread:  # their lookup failed: recorded, and left out of everything below
+            creates, failures, destroys = (
+                [ns_plan for ns_plan in plans if id(ns_plan) not in unread]
+                for plans in (creates, failures, destroys)
+            )
+        self._names_from_plan(creates)
+        live = self._lock_nodes(creates, one_by_one=one_by_one)
+        taken = self._existing_placements(creates)
+        failed: dict[int, int] = {}  # enabled namespace id -> required bytes
+        for ns_plan in failures:
+            if self._enabled_for(ns_plan, enabled) is not None:
+                failed[ns_plan["enabled_namespace_id"]] = _required(ns_plan)
+        accepted: list[_Accepted] = []
+        for ns_plan in creates:
+            if self._enabled_for(ns_plan, enabled) is None:
+                self._missing(ns_plan)
+                continue
+            try:
+                replicas = self._check(ns_plan, live, taken)
+            except Exception as exc:  # one namespace's surprise never stops the batch
+                self._unexpected(exc, ns_plan)
+                failed[ns_plan["enabled_namespace_id"]] = _required(ns_plan)
+                continue
+            if replicas:
+                accepted.append(_Accepted(ns_plan, replicas))
+            elif ns_plan.get("replicas"):
+                failed[ns_plan["enabled_namespace_id"]] = _required(ns_plan)
+        done = len(creates) - len(accepted)
+        written: Counter[int] = Counter()
+        for start in range(0, len(accepted), self.chunk_size):
+            chunk = accepted[start : start + self.chunk_size]
+            written.update(self._write(chunk))
+            done += len(chunk)
+            if self.progress is not None:
+                self.progress(done, len(creates))
+        for item in accepted:
+            if not written[item.ns_plan["enabled_namespace_id"]]:
+                failed[item.ns_plan["enabled_namespace_id"]] = _required(item.ns_plan)
+        self._stamp(enabled, failed)
+        self._destroy(destroys, enabled)
         return self.result
 
     # ------------------------------------------------------------------ #
     # Locks, names and live numbers
 
     def _lock_enabled_namespaces(
-        self, plans: Iterable[Mapping[str, Any]]
-    ) -> dict[int, EnabledNamespace]:
+        self, plans: list[Mapping[str, Any]], *, one_by_one: bool
+    ) -> tuple[dict[int, EnabledNamespace], set[int]]:
+        """The plan's enabled namespaces, locked in id order, and the plans whose lookup failed.
+
+        At first one statement locks them all; should it raise (a malformed id,
+        a lock that cannot be had in time, any database error), the batch is
+        started again with ``one_by_one`` and each enabled namespace is looked
+        up and locked in its own savepoint, in the same order. A lookup that
+        raises then fails the plans that name it only, as GitLab's
+        ``{message, failed_namespace_id}``; the rest of the batch goes on. The
+        second set holds the ``id()`` of those plans.
+        """
+        if not plans:
+            return {}, set()
+        if not one_by_one:
+            try:
+                return self._select_enabled(plans), set()
+            except Exception as exc:
+                raise _BatchLookupFailed from exc
+        enabled: dict[int, EnabledNamespace] = {}
+        unread: set[int] = set()
+        for group in _grouped(plans, lambda ns_plan: ns_plan.get("enabled_namespace_id")):
+            try:
+                with transaction.atomic():  # a failed lookup costs nothing else
+                    enabled.update(self._select_enabled(group))
+            except Exception as exc:
+                for ns_plan in group:
+                    self._unexpected(exc, ns_plan)
+                    unread.add(id(ns_plan))
+        return enabled, unread
+
+    @staticmethod
+    def _select_enabled(plans: Iterable[Mapping[str, Any]]) -> dict[int, EnabledNamespace]:
         ids = sorted({ns_plan["enabled_namespace_id"] for ns_plan in plans})
-        if not ids:
-            return {}
         rows = (
             EnabledNamespace.objects.filter(id__in=ids)
             .select_for_update(no_key=True)
@@ -223,19 +281,43 @@ class ProvisioningService:
                     if index.get("node_name"):
                         self.node_names[index["node_id"]] = str(index["node_name"])
 
-    def _lock_nodes(self, creates: list[Mapping[str, Any]]) -> dict[int, _LiveNode]:
-        ids = sorted(
-            {
-                index["node_id"]
-                for ns_plan in creates
-                for replica in ns_plan.get("replicas") or ()
-                for index in replica.get("indices") or ()
-            }
-        )
+    def _lock_nodes(
+        self, creates: list[Mapping[str, Any]], *, one_by_one: bool
+    ) -> dict[int, _LiveNode]:
+        """The planned nodes, locked in id order, with their live unclaimed bytes.
+
+        As the enabled namespaces: one statement, else (``one_by_one``) one
+        savepoint per node, a node whose lookup raises being recorded in
+        ``node_lookup_errors`` so that only the replicas placed on it fail.
+        """
+        ids = [
+            index.get("node_id")
+            for ns_plan in creates
+            for replica in ns_plan.get("replicas") or ()
+            for index in replica.get("indices") or ()
+        ]
+        ids = [node_id for node_id in ids if node_id is not None]
         if not ids:
             return {}
+        if not one_by_one:
+            try:
+                return self._select_nodes(ids)
+            except Exception as exc:
+                raise _BatchLookupFailed from exc
+        live: dict[int, _LiveNode] = {}
+        for group in _grouped(ids, lambda node_id: node_id):
+            node_id = group[0]
+            try:
+                with transaction.atomic():
+                    live.update(self._select_nodes([node_id]))
+            except Exception as exc:
+                log.warning("provisioning_failed", node_id=repr(node_id), error=_describe(exc))
+                self.node_lookup_errors[_order(node_id)] = _describe(exc)
+        return live
+
+    def _select_nodes(self, ids: Iterable[Any]) -> dict[int, _LiveNode]:
         rows = (
-            Node.objects.filter(id__in=ids)
+            Node.objects.filter(id__in=sorted(set(ids)))
             .with_unclaimed_storage_bytes()
             .select_for_update()
             .order_by("id")
@@ -298,8 +380,17 @@ class ProvisioningService:
             for index in replica["indices"]:
                 node_id = index["node_id"]
                 required = int(index["required_storage_bytes"])
-                node = live.get(node_id)
-                if node is None or not node.for_search:
+                lookup_error = self.node_lookup_errors.get(_order(node_id))
+                node = None if lookup_error is not None else live.get(node_id)
+                if lookup_error is not None:
+                    self._error(
+                        Reason.PROVISIONING_FAILED,
+                        lookup_error,
+                        ns_plan,
+                        node_id=node_id,
+                        replica_idx=replica_idx,
+                    )
+                elif node is None or not node.for_search:
                     self._error(
                         Reason.NODE_NOT_FOUND,
                         f"{self._node(node_id)} not found (deleted or no longer a search node)",
@@ -538,6 +629,25 @@ class ProvisioningService:
                 "replica_idx": replica_idx,
             }
         )
+
+
+class _BatchLookupFailed(Exception):
+    """The batch-wide lock statement raised; the apply starts again one lookup at a time."""
+
+
+def _order(value: Any) -> tuple:
+    """A sort key for ids as a plan may carry them: integers in order, anything else after."""
+    if type(value) is int:
+        return (0, value, "")
+    return (1, 0, f"{type(value).__name__}:{value!r}")
+
+
+def _grouped(items: Iterable[Any], key: Callable[[Any], Any]) -> list[list[Any]]:
+    """``items`` grouped by ``key`` (an id), the groups in id order (``_order``)."""
+    groups: dict[tuple, list[Any]] = {}
+    for item in items:
+        groups.setdefault(_order(key(item)), []).append(item)
+    return [groups[order] for order in sorted(groups)]
 
 
 def index_metadata(projects: Mapping[str, Any]) -> dict[str, int]:

@@ -845,3 +845,85 @@ def test_an_unexpected_error_in_one_destroy_is_recorded_and_the_other_destroys_g
     assert Replica.objects.filter(zoekt_enabled_namespace=broken).count() == 2
     assert not Replica.objects.filter(pk=dropped).exists()
     assert Replica.objects.filter(zoekt_enabled_namespace=fine).count() == 1
+
+
+# --- apply: a lookup that fails ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("part", ["destroy", "create", "failures"])
+def test_a_lookup_error_on_one_namespace_fails_that_namespace_and_the_batch_goes_on(now, part):
+    """GitLab looks each namespace up on its own and reports ``{message, failed_namespace_id}``."""
+    target = node(10_000)
+    created, _ = enabled_group(10)
+    shrunk, _ = enabled_group(10)
+    broken, _ = enabled_group(10)
+    for namespace in (shrunk, broken) if part == "destroy" else (shrunk,):
+        for _ in range(2):
+            ReplicaFactory(zoekt_enabled_namespace=namespace)
+    plan = plan_now()
+    (entry,) = [
+        ns_plan
+        for ns_plan in plan["create"] + plan["destroy"]
+        if ns_plan["namespace_id"] == broken.root_namespace_id
+    ]
+    if part == "failures":  # a namespace that failed to plan: only stamped
+        plan["create"].remove(entry)
+        plan["failures"].append(entry)
+    entry["enabled_namespace_id"] = "not-an-id"  # its lookup raises
+    broken_rows = rows_of(broken)
+    (dropped,) = next(
+        d["replicas_to_destroy"] for d in plan["destroy"] if d["enabled_namespace_id"] == shrunk.id
+    )
+
+    result = ProvisioningService(plan).execute()
+
+    assert result.errors == [
+        {
+            "type": "provisioning_failed",
+            "message": "ValueError: Field 'id' expected a number but got 'not-an-id'.",
+            "failed_namespace_id": broken.root_namespace_id,
+            "node_id": None,
+            "node_name": None,
+            "replica_idx": None,
+        }
+    ]
+    # The others of the batch are provisioned.
+    assert rows_of(created) == (1, 1)
+    assert not Replica.objects.filter(pk=dropped).exists()
+    assert Replica.objects.filter(zoekt_enabled_namespace=shrunk).count() == 1
+    assert sorted(s["namespace_id"] for s in result.successes) == sorted(
+        [created.root_namespace_id, shrunk.root_namespace_id]
+    )
+    # The one whose lookup failed is left as it was: no row written, none removed, no stamp.
+    assert rows_of(broken) == broken_rows
+    broken.refresh_from_db()
+    assert broken.last_rollout_failed_at is None
+    assert result.failed_namespace_ids == []
+    assert unclaimed(target) == 10_000 - 30  # the one create that was written
+
+
+def test_a_lookup_error_on_one_node_fails_the_replicas_on_it_and_the_batch_goes_on(now):
+    target = node(10_000, metadata={"name": "zoekt-a"})
+    good, _ = enabled_group()
+    broken, _ = enabled_group()
+    bad = hand_written_create(broken, [(target.id, 10)])
+    bad["replicas"][0]["indices"][0]["node_id"] = "node-a"  # its lookup raises
+    plan = hand_written_plan(hand_written_create(good, [(target.id, 10)]), bad)
+
+    result = ProvisioningService(plan).execute()
+
+    assert rows_of(good) == (1, 1)
+    assert rows_of(broken) == (0, 0)
+    (error,) = result.errors
+    assert error == {
+        "type": "provisioning_failed",
+        "message": "ValueError: Field 'id' expected a number but got 'node-a'.",
+        "failed_namespace_id": broken.root_namespace_id,
+        "node_id": "node-a",
+        "node_name": None,
+        "replica_idx": 0,
+    }
+    broken.refresh_from_db()
+    assert broken.last_rollout_failed_at == now  # nothing of it could be written
+    assert result.failed_namespace_ids == [broken.root_namespace_id]
+    assert unclaimed(target) == 10_000 - 10

@@ -10,8 +10,10 @@ import sys
 import threading
 from pathlib import Path
 
+import psycopg
 import pytest
 import structlog
+from django.db import connection
 
 from config.celery import BEAT_SCHEDULE
 from planner import selection
@@ -32,7 +34,7 @@ from tests.factories import (
     ProjectFactory,
     ReplicaFactory,
 )
-from tests.locking import session_lock_held_elsewhere
+from tests.locking import database_conninfo, session_lock_held_elsewhere
 from zoekt import app_settings, clock
 from zoekt.locks import LockKey
 from zoekt.models import EnabledNamespace, Index, Node, Replica
@@ -295,6 +297,45 @@ def test_a_replica_that_fails_alone_makes_a_partial_success(now):
     namespace.refresh_from_db()
     assert namespace.last_rollout_failed_at is None
     assert Index.objects.get(zoekt_enabled_namespace=namespace).zoekt_node_id == a.id
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_namespace_whose_lookup_times_out_fails_alone_and_the_run_goes_on(now):
+    """Another session holds one enabled namespace's row: its lock times out, the others land."""
+    node(10_000)
+    first, held, last = enabled_group(10), enabled_group(10), enabled_group(10)
+    taken, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with psycopg.connect(database_conninfo()) as other:
+            other.execute(
+                "SELECT id FROM zoekt_enabled_namespaces WHERE id = %s FOR UPDATE", [held.id]
+            )
+            taken.set()
+            release.wait(timeout=30)
+
+    holder = threading.Thread(target=hold, daemon=True)
+    holder.start()
+    assert taken.wait(timeout=30)
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = '200ms'")
+        result = RolloutService().execute(dry_run=False, batch_size=3)
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("RESET lock_timeout")
+        release.set()
+        holder.join(timeout=30)
+
+    assert result.outcome == Outcome.PARTIAL_SUCCESS
+    assert (replica_count(first), replica_count(held), replica_count(last)) == (1, 0, 1)
+    (error,) = result.changes.errors
+    assert error["type"] == "provisioning_failed"
+    assert error["failed_namespace_id"] == held.root_namespace_id
+    assert error["message"].startswith("OperationalError: canceling statement due to lock timeout")
+    assert (error["node_id"], error["replica_idx"]) == (None, None)
+    held.refresh_from_db()
+    assert held.last_rollout_failed_at is None  # not read, so not stamped: the next run retries
 
 
 def test_index_less_replicas_are_deleted_in_batches(now):
