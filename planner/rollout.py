@@ -5,8 +5,9 @@
    namespaces get re-placed).
 2. Select (``planner.selection``). No namespaces, or no nodes: stop with
    that result, no re-enqueue. Namespaces selection skips (GitLab's project
-   limit) are named in the run's summary, and the re-selection of step 7
-   skips them too, so they never cause a re-enqueue.
+   limit; those whose projects all lack statistics, which wait for them) are
+   named in the run's summary, and the re-selection of step 7 skips them
+   too, so they never cause a re-enqueue.
 3. Load the scenario (``planner.loader``) and plan it (``planner.core``).
 4. Log the whole plan as **one** structured JSON record (event and key
    ``zoekt_rollout_plan``), dry run or not, and keep it as a row for the

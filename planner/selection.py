@@ -11,6 +11,15 @@ GitLab's ``SelectionService``, at the database edge of the planner:
   depth, is GitLab's "too big to roll out": it is skipped, takes no place in
   the batch, and is listed in ``skipped`` with its reason. Its count is read
   in the same statement as the batch's rows, capped at the limit + 1.
+  A namespace short of replicas whose projects all lack statistics (it has
+  projects, and none has a ``project_statistics`` row) would be planned a
+  replica with no index, which the next run's clean-up deletes: planned
+  again on every run, it would hold its place in the batch for ever (GitLab
+  MR 257616; with GitLab.com's batch size of 1 the whole rollout stalled
+  behind one). It waits instead: it takes no place in the batch, is not
+  marked failed, and is listed in ``skipped`` with the reason
+  ``waiting_for_project_statistics`` until a project of it has statistics.
+  Both tests are two ``EXISTS`` in the same statement.
 * **nodes**: ``available_for_search_indexing`` (online, for search, positive
   unclaimed storage), most unclaimed first and then by id, each with its
   unclaimed bytes computed in SQL. This order is the planner's candidate
@@ -47,7 +56,7 @@ from django.db.models import (
 )
 
 from zoekt import app_settings, clock, memory
-from zoekt.models import EnabledNamespace, Move, Namespace, Node
+from zoekt.models import EnabledNamespace, Move, Namespace, Node, Project
 from zoekt.reasons import Reason
 
 #: GitLab's ``each_batch_with_mismatched_replicas`` batch size.
@@ -75,12 +84,13 @@ class SkippedNamespace:
 
     enabled_namespace_id: int
     namespace_id: int
-    #: ``too_many_project_namespaces``.
+    #: ``too_many_project_namespaces`` or ``waiting_for_project_statistics``.
     reason: str
-    #: Project namespaces under the root, counted up to ``limit`` + 1.
+    #: Project namespaces under the root, counted up to ``MAX_PROJECTS_PER_NAMESPACE`` + 1.
     project_namespaces: int
-    #: The limit it is over (``MAX_PROJECTS_PER_NAMESPACE`` at selection time).
-    limit: int
+    #: The limit it is over (``MAX_PROJECTS_PER_NAMESPACE`` at selection time);
+    #: None when it waits for statistics.
+    limit: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -178,7 +188,9 @@ class SelectionService:
             if upper is not None:
                 batch = batch.filter(id__lte=upper)
             mismatched = batch.with_mismatched_replicas(default).annotate(
-                project_namespaces=_capped_project_namespace_count(limit + 1)
+                project_namespaces=_capped_project_namespace_count(limit + 1),
+                has_projects=Exists(_projects_under_root()),
+                has_statistics=Exists(_projects_under_root().filter(statistics__isnull=False)),
             )
             row_after = after
             while len(selected) < self.max_batch_size:
@@ -192,9 +204,13 @@ class SelectionService:
                         "desired_replicas",
                         "replica_count",
                         "project_namespaces",
+                        "has_projects",
+                        "has_statistics",
                     )[:wanted]
                 )
-                for enabled_id, root_id, desired, count, project_namespaces in rows:
+                for row in rows:
+                    enabled_id, root_id, desired, count, project_namespaces = row[:5]
+                    has_projects, has_statistics = row[5:]
                     if project_namespaces > limit:
                         self.skipped.append(
                             SkippedNamespace(
@@ -203,6 +219,15 @@ class SelectionService:
                                 str(Reason.TOO_MANY_PROJECT_NAMESPACES),
                                 project_namespaces,
                                 limit,
+                            )
+                        )
+                    elif count < desired and has_projects and not has_statistics:
+                        self.skipped.append(
+                            SkippedNamespace(
+                                enabled_id,
+                                root_id,
+                                str(Reason.WAITING_FOR_PROJECT_STATISTICS),
+                                project_namespaces,
                             )
                         )
                     else:
@@ -262,6 +287,16 @@ def _root_prefix(offset: int = 0) -> Func:
         template="%(function)s[%(expressions)s]",
         output_field=ArrayField(BigIntegerField()),
     )
+
+
+def _projects_under_root():
+    """The outer root's projects (their project namespace at any depth under it), as the
+    loader reads them: what the planner would place."""
+    return Project.objects.filter(
+        project_namespace__type=Namespace.Type.PROJECT,
+        project_namespace__traversal_ids__gte=_root_prefix(),
+        project_namespace__traversal_ids__lt=_root_prefix(1),
+    ).order_by()
 
 
 def _capped_project_namespace_count(cap: int) -> _CappedCount:

@@ -39,6 +39,7 @@ class Reason(enum.StrEnum):
     NAMESPACE_ALREADY_ON_NODE = "namespace_already_on_node"
     PROVISIONING_FAILED = "provisioning_failed"
     TOO_MANY_PROJECT_NAMESPACES = "too_many_project_namespaces"
+    WAITING_FOR_PROJECT_STATISTICS = "waiting_for_project_statistics"
     # Scheduling (zoekt.scheduling): why a scheduled task or an event job did nothing
     THROTTLED = "throttled"
     CONDITION_NOT_MET = "condition_not_met"

@@ -1,6 +1,7 @@
 """The namespaces pages' read models: ``namespace_page`` (the list) and
 ``namespace_detail`` (one root namespace): enabled namespaces with their replicas,
-indices, project ranges, nodes, states and search targets.
+indices, project ranges, nodes, states and search targets, and (the detail) whether
+the rollout leaves it waiting for project statistics.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from dashboard.readmodels.common import (
 from planner.models import RolloutPlan
 from zoekt import app_settings, clock, memory
 from zoekt.models import EnabledNamespace, Index, Namespace, Replica, Repository
+from zoekt.reasons import Reason
 from zoekt.search_targets import SearchTargets, search_targets, search_targets_many
 
 
@@ -276,6 +278,10 @@ class NamespaceDetail:
     #: created replicas for it, and of the newest that failed it; None: not kept.
     placed_by_plan: tuple[int, datetime] | None = None
     failed_by_plan: tuple[int, datetime] | None = None
+    #: Why the rollout leaves it out of its batches although it is short of replicas
+    #: (``waiting_for_project_statistics``: it has projects and none has statistics, as
+    #: ``planner.selection`` decides); None when it waits for nothing.
+    rollout_waiting_reason: str | None = None
 
     @property
     def node_ids(self) -> list[int]:
@@ -321,12 +327,15 @@ def namespace_detail(
         .values_list("zoekt_index_id", "state", "count")
     ):
         repositories[index_id][state] += count
-    sized = sorted(
-        (pid, size or 0)
-        for pid, size in Namespace.objects.project_namespaces_under(root_namespace_id).values_list(
-            "id", "project__statistics__repository_size"
+    rows = list(
+        Namespace.objects.project_namespaces_under(root_namespace_id).values_list(
+            "id", "project__id", "project__statistics__id", "project__statistics__repository_size"
         )
     )
+    sized = sorted((pid, size or 0) for pid, _, _, size in rows)
+    # Projects, none with statistics: the rollout's selection leaves it waiting.
+    has_projects = any(project_id is not None for _, project_id, _, _ in rows)
+    has_statistics = any(statistics_id is not None for _, _, statistics_id, _ in rows)
     project_namespace_ids = [pid for pid, _ in sized]
     # Repository bytes up to each project namespace: a range's sum is two lookups.
     cumulative = [0]
@@ -380,10 +389,12 @@ def namespace_detail(
                 last_indexed_at=index.last_indexed_at,
             )
         )
+    desired = enabled.number_of_replicas(settings.default_number_of_replicas)
+    waiting = len(replicas) < desired and has_projects and not has_statistics
     return NamespaceDetail(
         enabled=enabled,
         root=enabled.root_namespace,
-        desired_replicas=enabled.number_of_replicas(settings.default_number_of_replicas),
+        desired_replicas=desired,
         replicas=[
             ReplicaView(
                 id=replica.id,
@@ -400,6 +411,7 @@ def namespace_detail(
         memory_ratio=ratio,
         placed_by_plan=_newest_plan_with(enabled.id, "create"),
         failed_by_plan=_newest_plan_with(enabled.id, "failures"),
+        rollout_waiting_reason=str(Reason.WAITING_FOR_PROJECT_STATISTICS) if waiting else None,
     )
 
 

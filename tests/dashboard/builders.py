@@ -133,8 +133,9 @@ def build_fleet(
     return Fleet(nodes=node_rows, namespaces=enabled_rows, projects=projects, indices=indices)
 
 
-def unplaced_namespace(name: str, sizes: tuple[int, ...]) -> EnabledNamespace:
-    """An enabled root group without replicas: the next rollout plans it."""
+def unplaced_namespace(name: str, sizes: tuple[int | None, ...]) -> EnabledNamespace:
+    """An enabled root group without replicas: the next rollout plans it (a size of None:
+    a project without statistics)."""
     root = GroupFactory(name=name)
     for j, size in enumerate(sizes):
         ProjectFactory(namespace=root, name=f"{name}-p{j}", repository_size=size)

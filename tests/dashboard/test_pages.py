@@ -320,6 +320,39 @@ def test_namespace_page_says_why_there_is_no_search_target(admin_client, now):
     assert "No search target: no ready replica." in text
 
 
+def test_namespace_page_says_a_namespace_without_project_statistics_waits_for_them(
+    admin_client, now
+):
+    build_fleet(2, 1)
+    waiting = unplaced_namespace("stats-less", (None, None))
+    response = admin_client.get(reverse("dashboard-namespace", args=[waiting.root_namespace_id]))
+    assert response.status_code == 200
+    assert 'data-figure="rollout-waiting"' in response.content.decode()
+    assert (
+        "waiting for project statistics none of its projects has statistics yet, so the "
+        "rollout leaves it out of its batches until one does (waiting_for_project_statistics)"
+    ) in page_text(response)
+
+
+def test_plan_page_names_a_namespace_skipped_while_it_waits_for_statistics(
+    admin_client, now, dry_run_plan
+):
+    build_fleet(2, 1)
+    plan = dry_run_plan((10**6,), (None, None))
+    (skipped,) = plan.summary["namespaces_skipped"]
+    response = admin_client.get(reverse("dashboard-plan", args=[plan.id]))
+    row = row_html(response, "data-skipped-namespace-id", skipped["namespace_id"])
+    assert "waiting for project statistics: none of its projects has statistics yet" in row
+    assert "more than" not in row
+
+
+def test_namespace_page_of_a_placed_namespace_shows_no_wait(admin_client, now):
+    fleet = build_fleet(2, 1)
+    root = fleet.namespaces[0].root_namespace_id
+    response = admin_client.get(reverse("dashboard-namespace", args=[root]))
+    assert 'data-figure="rollout-waiting"' not in response.content.decode()
+
+
 def test_namespace_page_for_a_namespace_that_is_not_enabled_is_404(admin_client):
     assert admin_client.get(reverse("dashboard-namespace", args=[123_456])).status_code == 404
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dashboard import readmodels
-from tests.dashboard.builders import build_fleet
+from tests.dashboard.builders import build_fleet, unplaced_namespace
 from tests.factories import IndexFactory
 from zoekt.capacity import NodeWatermark
 from zoekt.models import EnabledNamespace, Index, Node, Replica
@@ -85,6 +85,22 @@ def test_namespace_detail_lists_indices_without_a_replica_apart(now):
     assert detail.replicas == []
     assert len(detail.detached_indices) == 2
     assert detail.targets.reason == "no_ready_replica"
+
+
+def test_namespace_detail_says_a_namespace_without_project_statistics_waits_for_them(now):
+    fleet = build_fleet(2, 1)
+    waiting = unplaced_namespace("stats-less", (None, None))
+    detail = readmodels.namespace_detail(waiting.root_namespace_id)
+    assert detail.rollout_waiting_reason == "waiting_for_project_statistics"
+    assert detail.project_count == 2
+    # A placed namespace, one still to place with statistics, and one without projects wait
+    # for nothing.
+    for enabled in (
+        fleet.namespaces[0],
+        unplaced_namespace("sized", (None, 10)),
+        unplaced_namespace("empty", ()),
+    ):
+        assert readmodels.namespace_detail(enabled.root_namespace_id).rollout_waiting_reason is None
 
 
 def test_namespace_detail_of_a_namespace_that_is_not_enabled_is_none(now):

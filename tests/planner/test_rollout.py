@@ -37,7 +37,7 @@ from tests.factories import (
 from tests.locking import database_conninfo, session_lock_held_elsewhere
 from zoekt import app_settings, clock
 from zoekt.locks import LockKey
-from zoekt.models import EnabledNamespace, Index, Node, Replica
+from zoekt.models import EnabledNamespace, Index, Node, ProjectStatistics, Replica
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.django_db
@@ -50,7 +50,7 @@ def node(unclaimed: int, **kwargs) -> Node:
     return NodeFactory(total_bytes=unclaimed, used_bytes=0, indexed_bytes=0, **kwargs)
 
 
-def enabled_group(*sizes: int, **kwargs) -> EnabledNamespace:
+def enabled_group(*sizes: int | None, **kwargs) -> EnabledNamespace:
     group = GroupFactory()
     namespace = EnabledNamespaceFactory(root_namespace=group, **kwargs)
     for size in sizes:
@@ -283,6 +283,78 @@ def test_a_namespace_over_gitlabs_project_limit_is_skipped_and_never_re_enqueued
     again = RolloutService().execute(dry_run=False)
     assert again.outcome == Outcome.NO_ENABLED_NAMESPACES
     assert replica_count(big) == 0
+
+
+def test_a_namespace_whose_projects_all_lack_statistics_waits_and_the_others_roll_out(now):
+    """GitLab MR 257616: with GitLab.com's batch size of 1, such a namespace enabled first
+    was planned on every run (a replica with no index, deleted by the next run's clean-up
+    and planned again) and the namespaces after it never got a replica."""
+    set_setting(zoekt_rollout_batch_size=1)
+    batch_size = app_settings.current().rollout_batch_size
+    node(10**6)
+    stats_less = enabled_group(None, None)  # two projects, neither with a statistics row
+    others = [enabled_group(10) for _ in range(3)]
+
+    results = [RolloutService().execute(dry_run=False, batch_size=batch_size) for _ in range(6)]
+
+    # The three ordinary namespaces got their replica, one per run, in id order.
+    assert [replica_count(ns) for ns in others] == [1, 1, 1]
+    assert [ns.id for ns in others] == [
+        r.pool.namespaces[0].enabled_namespace_id for r in results[:3]
+    ]
+    # The stats-less one was never planned, so nothing of it was written or deleted.
+    planned = [
+        ns_plan["enabled_namespace_id"]
+        for r in results
+        if r.plan is not None
+        for part in ("create", "destroy", "unchanged", "failures")
+        for ns_plan in r.plan.to_dict()[part]
+    ]
+    assert stats_less.id not in planned
+    assert replica_count(stats_less) == 0
+    assert sum(r.replicas_without_indices_deleted for r in results) == 0
+    stats_less.refresh_from_db()
+    assert stats_less.last_rollout_failed_at is None  # waiting, not failed
+    # Each run names it as waiting, with its reason; it never makes the job re-enqueue.
+    waiting = {
+        "namespace_id": stats_less.root_namespace_id,
+        "enabled_namespace_id": stats_less.id,
+        "reason": "waiting_for_project_statistics",
+        "project_namespaces": 2,
+        "limit": None,
+    }
+    assert all(r.summary()["namespaces_skipped"] == [waiting] for r in results)
+    assert [r.outcome for r in results] == [Outcome.SUCCESS] * 3 + [
+        Outcome.NO_ENABLED_NAMESPACES
+    ] * 3
+    assert [r.re_enqueue for r in results] == [True, True, False] + [False] * 3
+
+
+def test_a_namespace_waiting_for_statistics_is_planned_once_they_arrive(now):
+    node(10**6)
+    waiting = enabled_group(None, None)
+    assert RolloutService().execute(dry_run=False).outcome == Outcome.NO_ENABLED_NAMESPACES
+    project = waiting.root_namespace.projects.order_by("id").last()
+    ProjectStatistics.objects.create(
+        project=project, namespace_id=project.namespace_id, repository_size=10
+    )
+
+    result = RolloutService().execute(dry_run=False)
+
+    assert result.outcome == Outcome.SUCCESS
+    assert result.summary()["namespaces_skipped"] == []
+    assert replica_count(waiting) == 1
+    (index,) = Index.objects.filter(zoekt_enabled_namespace=waiting)
+    assert index.reserved_storage_bytes >= 10  # sized from the statistics that arrived
+
+
+def test_a_namespace_without_projects_is_not_waiting_and_gets_its_empty_index(now):
+    node(10**6)
+    empty = enabled_group()
+    result = RolloutService().execute(dry_run=False)
+    assert result.summary()["namespaces_skipped"] == []
+    assert replica_count(empty) == 1
+    assert Index.objects.filter(zoekt_enabled_namespace=empty).count() == 1
 
 
 def test_a_replica_that_fails_alone_makes_a_partial_success(now):

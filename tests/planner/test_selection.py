@@ -208,7 +208,7 @@ def test_a_root_with_more_than_20000_project_namespaces_is_skipped_with_its_reas
     subgroup = GroupFactory(parent=over.root_namespace)
     ProjectFactory(namespace=subgroup)  # the 20,001st, deeper down: it counts too
     small = enabled()
-    ProjectFactory(namespace=small.root_namespace)
+    ProjectFactory(namespace=small.root_namespace, repository_size=1)  # with statistics
 
     service = SelectionService()
     pool = service.execute()
@@ -233,7 +233,7 @@ def test_skipped_namespaces_do_not_take_places_in_the_batch(now, monkeypatch):
         ProjectFactory(namespace=namespace.root_namespace)
         ProjectFactory(namespace=group)  # two project namespaces, one of them deeper
     fits = [enabled() for _ in range(3)]
-    ProjectFactory(namespace=fits[0].root_namespace)  # exactly the limit: selected
+    ProjectFactory(namespace=fits[0].root_namespace, repository_size=1)  # at the limit: selected
 
     service = SelectionService(max_batch_size=2)
     assert [ns.enabled_namespace_id for ns in service.namespaces()] == [fits[0].id, fits[1].id]
@@ -250,3 +250,31 @@ def test_the_limit_costs_no_extra_query(now, monkeypatch, django_assert_num_quer
     with django_assert_num_queries(2):  # the only batch: its end, then its rows
         assert service.namespaces() == []
     assert [s.enabled_namespace_id for s in service.skipped] == [namespace.id]
+
+
+def test_a_namespace_whose_projects_all_lack_statistics_waits_at_no_extra_query(
+    now, django_assert_num_queries
+):
+    waiting = enabled()
+    ProjectFactory(namespace=waiting.root_namespace)  # no statistics row
+    ProjectFactory(namespace=GroupFactory(parent=waiting.root_namespace))  # none deeper either
+    sized = enabled()
+    ProjectFactory(namespace=sized.root_namespace)
+    ProjectFactory(namespace=sized.root_namespace, repository_size=0)  # one with statistics
+    empty = enabled()  # no project: GitLab's empty replica, nothing to wait for
+    surplus = enabled(replicas=2)  # too many replicas: removing them needs no statistics
+    ProjectFactory(namespace=surplus.root_namespace)
+
+    service = SelectionService()
+    with django_assert_num_queries(2):  # the only batch: its end, then its rows
+        selected = [ns.enabled_namespace_id for ns in service.namespaces()]
+
+    assert selected == [sized.id, empty.id, surplus.id]
+    assert service.skipped == [
+        selection.SkippedNamespace(
+            enabled_namespace_id=waiting.id,
+            namespace_id=waiting.root_namespace_id,
+            reason="waiting_for_project_statistics",
+            project_namespaces=2,
+        )
+    ]

@@ -47,7 +47,7 @@ def node(unclaimed: int, name: str, **kwargs) -> Node:
     )
 
 
-def enabled_group(*sizes: int, **kwargs) -> EnabledNamespace:
+def enabled_group(*sizes: int | None, **kwargs) -> EnabledNamespace:
     group = GroupFactory()
     namespace = EnabledNamespaceFactory(root_namespace=group, **kwargs)
     for size in sizes:
@@ -311,6 +311,34 @@ def test_a_batch_of_only_skipped_namespaces_says_why_nothing_is_planned(now, mon
     assert (
         f"  namespace {big.root_namespace_id} (enabled namespace {big.id}): more than 1 "
         "project namespaces"
+    ) in out
+
+
+def test_a_namespace_whose_projects_all_lack_statistics_is_named_as_waiting(fleet):
+    waiting = enabled_group(None, None)
+    expected = (
+        f"namespace {waiting.root_namespace_id} (enabled namespace {waiting.id}): none of its "
+        "projects has statistics yet (2 project namespaces); it waits for them and takes no "
+        "place in the batch (waiting_for_project_statistics)"
+    )
+
+    out, _ = run()
+
+    assert "Skipped (not planned): 1 namespace(s)" in out
+    assert f"  {expected}" in out
+    assert "Namespaces: 2 selected" in out  # the two ordinary ones are planned
+    _, err = run("--json")
+    assert f"skipped {expected}" in err
+
+
+def test_a_fleet_whose_only_work_waits_for_statistics_says_why_nothing_is_planned(now):
+    node(1000, "zoekt-a")
+    waiting = enabled_group(None)
+    out, _ = run()
+    assert "No enabled namespace can be planned now (1 enabled): the rollout stops here." in out
+    assert (
+        f"  namespace {waiting.root_namespace_id} (enabled namespace {waiting.id}): none of its "
+        "projects has statistics yet"
     ) in out
 
 

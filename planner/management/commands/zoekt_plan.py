@@ -18,8 +18,9 @@ it at once and adds phase timings).
 
 Every node id the report shows has the node's name next to it (``node 7
 (zoekt-a)``) when the node has one; the namespaces selection skipped are
-named with the reason, and so are the nodes it left out (a node in its
-eviction cooldown: until when, ``node_eviction_cooldown``).
+named with the reason (over GitLab's project limit, or waiting for project
+statistics), and so are the nodes it left out (a node in its eviction
+cooldown: until when, ``node_eviction_cooldown``).
 """
 
 from __future__ import annotations
@@ -494,9 +495,15 @@ def _nothing_to_plan(pool: ResourcePool) -> list[str]:
 
 
 def _skipped_text(skipped: SkippedNamespace) -> str:
+    head = f"namespace {skipped.namespace_id} (enabled namespace {skipped.enabled_namespace_id})"
+    if skipped.reason == Reason.WAITING_FOR_PROJECT_STATISTICS:
+        return (
+            f"{head}: none of its projects has statistics yet "
+            f"({skipped.project_namespaces:,} project namespaces); it waits for them and takes "
+            f"no place in the batch ({skipped.reason})"
+        )
     return (
-        f"namespace {skipped.namespace_id} (enabled namespace {skipped.enabled_namespace_id}): "
-        f"more than {skipped.limit:,} project namespaces, GitLab's limit for a rollout "
+        f"{head}: more than {skipped.limit:,} project namespaces, GitLab's limit for a rollout "
         f"({skipped.reason})"
     )
 
