@@ -19,7 +19,11 @@ GitLab's ``SelectionService``, at the database edge of the planner:
   behind one). It waits instead: it takes no place in the batch, is not
   marked failed, and is listed in ``skipped`` with the reason
   ``waiting_for_project_statistics`` until a project of it has statistics.
-  Both tests are two ``EXISTS`` in the same statement.
+  This is asked in one more query per rows read, only for the rows short
+  of replicas that have project namespaces (two one-row probes per root on
+  the ``traversal_ids`` index; the first project with statistics ends the
+  second); kept out of the batch's statement, whose estimated cost sits
+  near PostgreSQL's JIT thresholds at large batches.
 * **nodes**: ``available_for_search_indexing`` (online, for search, positive
   unclaimed storage), most unclaimed first and then by id, each with its
   unclaimed bytes computed in SQL. This order is the planner's candidate
@@ -35,7 +39,9 @@ GitLab's ``SelectionService``, at the database edge of the planner:
 The two lists form the *resource pool* the loader turns into a scenario.
 The cost is two queries per 5,000 enabled namespaces walked plus one for the
 nodes, whatever the number of projects (one more per batch that skipped a
-namespace and still has room to fill).
+namespace and still has room to fill, and one more per rows read that
+include a namespace short of replicas with project namespaces: the
+statistics test).
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ from datetime import datetime
 from typing import Any
 
 from django.contrib.postgres.fields import ArrayField
+from django.db import connection
 from django.db.models import (
     BigIntegerField,
     Exists,
@@ -56,7 +63,7 @@ from django.db.models import (
 )
 
 from zoekt import app_settings, clock, memory
-from zoekt.models import EnabledNamespace, Move, Namespace, Node, Project
+from zoekt.models import EnabledNamespace, Move, Namespace, Node
 from zoekt.reasons import Reason
 
 #: GitLab's ``each_batch_with_mismatched_replicas`` batch size.
@@ -188,9 +195,7 @@ class SelectionService:
             if upper is not None:
                 batch = batch.filter(id__lte=upper)
             mismatched = batch.with_mismatched_replicas(default).annotate(
-                project_namespaces=_capped_project_namespace_count(limit + 1),
-                has_projects=Exists(_projects_under_root()),
-                has_statistics=Exists(_projects_under_root().filter(statistics__isnull=False)),
+                project_namespaces=_capped_project_namespace_count(limit + 1)
             )
             row_after = after
             while len(selected) < self.max_batch_size:
@@ -204,13 +209,17 @@ class SelectionService:
                         "desired_replicas",
                         "replica_count",
                         "project_namespaces",
-                        "has_projects",
-                        "has_statistics",
                     )[:wanted]
                 )
-                for row in rows:
-                    enabled_id, root_id, desired, count, project_namespaces = row[:5]
-                    has_projects, has_statistics = row[5:]
+                # Short of replicas, with project namespaces: projects, none with statistics?
+                stats_less = _roots_waiting_for_statistics(
+                    [
+                        root_id
+                        for _, root_id, desired, count, pns in rows
+                        if 0 < pns <= limit and count < desired
+                    ]
+                )
+                for enabled_id, root_id, desired, count, project_namespaces in rows:
                     if project_namespaces > limit:
                         self.skipped.append(
                             SkippedNamespace(
@@ -221,7 +230,7 @@ class SelectionService:
                                 limit,
                             )
                         )
-                    elif count < desired and has_projects and not has_statistics:
+                    elif root_id in stats_less:
                         self.skipped.append(
                             SkippedNamespace(
                                 enabled_id,
@@ -289,14 +298,42 @@ def _root_prefix(offset: int = 0) -> Func:
     )
 
 
-def _projects_under_root():
-    """The outer root's projects (their project namespace at any depth under it), as the
-    loader reads them: what the planner would place."""
-    return Project.objects.filter(
-        project_namespace__type=Namespace.Type.PROJECT,
-        project_namespace__traversal_ids__gte=_root_prefix(),
-        project_namespace__traversal_ids__lt=_root_prefix(1),
-    ).order_by()
+#: The roots that have projects (a project namespace under them with its project, as
+#: the loader reads them) and none with a statistics row.
+_ROOTS_WAITING_FOR_STATISTICS_SQL = """
+SELECT r.root_id
+FROM unnest(%s::bigint[]) AS r(root_id)
+WHERE (
+  SELECT 1
+  FROM namespaces n
+  JOIN projects p ON p.project_namespace_id = n.id
+  WHERE n.traversal_ids >= ARRAY[r.root_id]
+    AND n.traversal_ids < ARRAY[r.root_id + 1]
+    AND n.type = 'Project'
+  LIMIT 1
+) IS NOT NULL
+AND (
+  SELECT 1
+  FROM namespaces n
+  JOIN projects p ON p.project_namespace_id = n.id
+  JOIN project_statistics s ON s.project_id = p.id
+  WHERE n.traversal_ids >= ARRAY[r.root_id]
+    AND n.traversal_ids < ARRAY[r.root_id + 1]
+    AND n.type = 'Project'
+  LIMIT 1
+) IS NULL
+"""
+# (Scalar subqueries with LIMIT 1 rather than EXISTS: PostgreSQL runs them per root on
+# the traversal_ids index; an EXISTS may be planned as a join over every namespace.)
+
+
+def _roots_waiting_for_statistics(root_ids: list[int]) -> set[int]:
+    """Those of ``root_ids`` whose projects all lack statistics (no query for none)."""
+    if not root_ids:
+        return set()
+    with connection.cursor() as cursor:
+        cursor.execute(_ROOTS_WAITING_FOR_STATISTICS_SQL, [root_ids])
+        return {root_id for (root_id,) in cursor.fetchall()}
 
 
 def _capped_project_namespace_count(cap: int) -> _CappedCount:

@@ -252,7 +252,7 @@ def test_the_limit_costs_no_extra_query(now, monkeypatch, django_assert_num_quer
     assert [s.enabled_namespace_id for s in service.skipped] == [namespace.id]
 
 
-def test_a_namespace_whose_projects_all_lack_statistics_waits_at_no_extra_query(
+def test_a_namespace_whose_projects_all_lack_statistics_waits_for_them(
     now, django_assert_num_queries
 ):
     waiting = enabled()
@@ -266,7 +266,8 @@ def test_a_namespace_whose_projects_all_lack_statistics_waits_at_no_extra_query(
     ProjectFactory(namespace=surplus.root_namespace)
 
     service = SelectionService()
-    with django_assert_num_queries(2):  # the only batch: its end, then its rows
+    # The only batch: its end, its rows, then the statistics test of the short roots.
+    with django_assert_num_queries(3):
         selected = [ns.enabled_namespace_id for ns in service.namespaces()]
 
     assert selected == [sized.id, empty.id, surplus.id]
@@ -278,3 +279,26 @@ def test_a_namespace_whose_projects_all_lack_statistics_waits_at_no_extra_query(
             project_namespaces=2,
         )
     ]
+
+
+def test_project_namespaces_without_projects_are_not_waiting(now, django_assert_num_queries):
+    """The loader plans such a root as empty (GitLab's empty replica): nothing to wait for."""
+    namespace = enabled()
+    add_project_namespaces(namespace.root_namespace, 3)
+    with_statistics = enabled()
+    ProjectFactory(namespace=with_statistics.root_namespace, repository_size=5)
+    service = SelectionService()
+    with django_assert_num_queries(3):  # its end, its rows, the statistics test
+        selected = [ns.enabled_namespace_id for ns in service.namespaces()]
+    assert selected == [namespace.id, with_statistics.id]
+    assert service.skipped == []
+
+
+def test_the_statistics_test_is_asked_only_of_roots_short_of_replicas_with_projects(
+    now, django_assert_num_queries
+):
+    ProjectFactory(namespace=enabled(replicas=2).root_namespace)  # a surplus to remove
+    enabled()  # no project namespace: empty
+    service = SelectionService()
+    with django_assert_num_queries(2):  # the only batch: its end, then its rows
+        assert len(service.namespaces()) == 2
