@@ -327,26 +327,6 @@ class _Run(MemoryDimension):
             if position is not None:
                 exhausted.add(position)
 
-    def _columns(self, namespace: Namespace) -> tuple:
-        """The namespace's projects as the replica simulation reads them:
-        ``(pnids, pids, sizes, rsizes, total)``.
-
-        ``sizes`` are the scaled sizes (repository size × buffer factor,
-        rounded up). ``rsizes`` are the repository sizes where memory needs
-        them beside the scaled ones (a fractional buffer factor, memory on),
-        else ``None``. ``total``: every scaled size together (infinite with
-        ``rsizes``: the first index's shortcut is then off).
-        """
-        pnids, pids, repository_sizes = namespace.columns
-        num, den = self.factor
-        if den == 1:
-            sizes = [r * num for r in repository_sizes] if num != 1 else repository_sizes
-            return pnids, pids, sizes, None, sum(sizes)
-        sizes = [-(-r * num // den) for r in repository_sizes]
-        if self.memory:
-            return pnids, pids, sizes, repository_sizes, INF
-        return pnids, pids, sizes, None, sum(sizes)
-
     def _plan_projects(self, ns_plan: NamespacePlan, namespace: Namespace, missing: int) -> None:
         """Plan the missing replicas of a namespace with projects.
 
@@ -360,7 +340,16 @@ class _Run(MemoryDimension):
         keeps the ceiling, and if that fails too the namespace is planned once
         more without it (``disk_ceiling_abandoned`` when that succeeds).
         """
-        data = self._columns(namespace)
+        pnids, pids, repository_sizes = namespace.columns
+        num, den = self.factor
+        if den == 1:
+            sizes = [r * num for r in repository_sizes] if num != 1 else repository_sizes
+            data = (pnids, pids, sizes, None, sum(sizes))
+        else:
+            sizes = [-(-r * num // den) for r in repository_sizes]
+            # Memory counts repository bytes beside the scaled ones (``_simulate_replica``).
+            rsizes = repository_sizes if self.memory else None
+            data = (pnids, pids, sizes, rsizes, INF if self.memory else sum(sizes))
         aware = self.memory and self.aware
         # (The sum is only needed with a fractional buffer factor and a ceiling.)
         bind = self.disk_ceilings is not None and self._ceiling_may_bind(
@@ -371,23 +360,37 @@ class _Run(MemoryDimension):
             self._begin_attempt()
         fits = self.fits
         largest = self._simulate_replicas(ns_plan, data, missing, fits[aware], ceilings)
-        # What failed is tried again one rule less at a time: memory never makes
-        # a namespace fail where the disk rules place it, nor the disk ceiling
-        # where GitLab's rule does.
-        given_up: list[PlanIssue] = []
-        if aware and ns_plan.errors:
-            error = self._abandon_attempt(ns_plan, namespace)
-            largest = self._simulate_replicas(ns_plan, data, missing, fits[False], ceilings)
-            given_up.append(self._abandoned_warning(ns_plan, error, True))
-        if ceilings is not None and ns_plan.errors:
-            error = self._abandon_attempt(ns_plan, namespace)
-            largest = self._simulate_replicas(ns_plan, data, missing, fits[False], None)
-            given_up.append(self._abandoned_warning(ns_plan, error, False))
-        if given_up and not ns_plan.errors:
-            ns_plan.warnings.extend(given_up)
+        if ns_plan.errors and (aware or ceilings is not None):
+            largest = self._plan_again(ns_plan, namespace, data, missing, aware, ceilings)
         self.undo = None
         if self.memory:
             self._note_largest(largest, data)
+
+    def _plan_again(
+        self,
+        ns_plan: NamespacePlan,
+        namespace: Namespace,
+        data: tuple,
+        missing: int,
+        aware: bool,
+        ceilings: list[int] | None,
+    ) -> int:
+        """The failed attempt tried again one rule less at a time: memory never
+        makes a namespace fail where the disk rules place it, nor the disk
+        ceiling where GitLab's rule does. Returns the largest size placed."""
+        largest = -1
+        given_up: list[PlanIssue] = []
+        if aware and ns_plan.errors:
+            error = self._abandon_attempt(ns_plan, namespace)
+            largest = self._simulate_replicas(ns_plan, data, missing, self.fits[False], ceilings)
+            given_up.append(self._abandoned_warning(ns_plan, error, True))
+        if ceilings is not None and ns_plan.errors:
+            error = self._abandon_attempt(ns_plan, namespace)
+            largest = self._simulate_replicas(ns_plan, data, missing, self.fits[False], None)
+            given_up.append(self._abandoned_warning(ns_plan, error, False))
+        if given_up and not ns_plan.errors:
+            ns_plan.warnings.extend(given_up)
+        return largest
 
     def _simulate_replicas(
         self,
@@ -423,26 +426,22 @@ class _Run(MemoryDimension):
         fit: DiskFit,
         ceilings: list[int] | None = None,
     ) -> int:
-        """Plan one replica of ``data`` (``_columns``); returns how many projects
-        it went through (fewer than all: the index cap stopped it).
-
-        GitLab's newest planner: before each project the index cap is checked;
-        a project that fits the replica's last index joins it with no node
-        search; otherwise a new index opens on the node ``fit`` chooses, which
-        is excluded at once. ``ceilings``: ``max_index_storage_fraction``. With
-        memory (``MemoryFit``) an index may hold less than its max_storage_bytes,
-        and a project that fits it on disk but not in memory is the fit's to decide.
+        """Plan one replica of ``data`` (``(pnids, pids, sizes, rsizes, total)``,
+        ``_plan_projects``); returns how many projects it went through (fewer
+        than all: the index cap stopped it). GitLab's newest planner: before
+        each project the index cap is checked; a project that fits the
+        replica's last index joins it with no node search; otherwise a new
+        index opens on the node ``fit`` chooses, which is excluded at once.
+        ``ceilings``: ``max_index_storage_fraction``. With memory
+        (``MemoryFit``) an index may hold less than its max_storage_bytes, and
+        a project that fits it on disk but not in memory is the fit's to decide.
         """
         pnids, _, sizes, rsizes, total = data
-        nonlinear = rsizes is not None
-        cap = self.cap
+        nonlinear, memory, cap = rsizes is not None, fit.memory, self.cap
         indices: list[PlannedIndex] = []
-        fit.begin(data)
         stop = len(sizes)
-        # The replica's last index: its node, max_storage_bytes, what it may hold
-        # (less where memory binds; also in repository bytes with a fractional
-        # factor), its node's unclaimed bytes and memory when it opened, and what
-        # it holds so far. No last index: nothing fits it.
+        # The last index: node, max_storage_bytes, what it may hold (memory may bind),
+        # its node's unclaimed bytes and memory when it opened, what it holds so far.
         last: PlannedIndex | None = None
         last_pos = last_max = last_lim = -1
         last_rlim: int | float = INF
@@ -479,7 +478,10 @@ class _Run(MemoryDimension):
                     start = None if last is None else last_to + 1
                     last = self._open_index(ns_plan, indices, position, start, size, fit, ceilings)
                     last_pos, last_max = position, last.max_storage_bytes
-                    last_lim, last_rlim, last_mopen = fit.limits(position, last_max)
+                    if memory:
+                        last_lim, last_rlim, last_mopen = fit.limits(position, last_max)
+                    else:
+                        last_lim = last_max
                     if k == 0 and cap > 1 and total <= last_lim:
                         # Everything fits the first index: all join it, as one by one.
                         last_req = total

@@ -105,6 +105,7 @@ class MemoryFit(DiskFit):
     __slots__ = ("aware", "md", "mn", "nonlinear", "notes", "num")
 
     zero = 0
+    memory = True
 
     def __init__(self, run: Any, aware: bool) -> None:
         super().__init__(run)
@@ -112,15 +113,11 @@ class MemoryFit(DiskFit):
         self.shown = [None if ceiling == INF else ceiling for ceiling in run.ceilings]
         self.num = run.factor[0]
         self.mn, self.md = run.memory_ratio
-        self.nonlinear = False
+        #: A fractional buffer factor: repository bytes are summed beside the
+        #: scaled ones (the project columns carry them).
+        self.nonlinear = run.factor[1] != 1
         #: The replica's memory warnings: type → [details, count].
         self.notes: dict[str, list] | None = None
-
-    def begin(self, data: tuple) -> None:
-        self.search_fail = INF
-        self.skipped = None
-        self.notes = None
-        self.nonlinear = data[3] is not None
 
     def _r(self, data: tuple, k: int) -> int:
         """Project ``k``'s repository size."""
@@ -254,12 +251,15 @@ class MemoryFit(DiskFit):
     def finish(self, ns_plan: NamespacePlan, replica_idx: int, data: tuple, stop: int) -> int:
         """Warns once per memory warning type; returns the largest repository
         size placed in the replica (-1: every project was placed)."""
-        if self.notes:
-            self.run._warn(ns_plan, replica_idx, ns_plan.replicas[-1].indices, self.notes)
+        notes, skipped = self.notes, self.skipped
+        self.search_fail = INF
+        self.skipped = self.notes = None
+        if notes:
+            self.run._warn(ns_plan, replica_idx, ns_plan.replicas[-1].indices, notes)
         sizes, rsizes = data[2], data[3]
-        if self.skipped is None and stop == len(sizes):
+        if skipped is None and stop == len(sizes):
             return -1
-        refused = set(self.skipped or ())
+        refused = set(skipped or ())
         values = rsizes if self.nonlinear else sizes
         largest = max((values[k] for k in range(stop) if k not in refused), default=0)
         return largest if self.nonlinear else largest // self.num

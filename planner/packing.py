@@ -323,6 +323,7 @@ class DiskFit:
       max_storage_bytes, and no memory limit.
     * ``demand`` and ``cause``: what a decision record says was asked for.
     * ``finish``: after the replica; what memory would track (nothing here).
+      It also readies the fit for the next replica.
 
     ``planner.memory.MemoryFit`` answers the same questions with memory too.
     ``run`` is the planning run (``planner.core._Run``).
@@ -332,6 +333,8 @@ class DiskFit:
 
     #: Memory-aware choices (never, by disk alone).
     aware = False
+    #: Memory counted (``limits`` asked; by disk alone an index holds its max).
+    memory = False
     #: A new index's estimated memory (none counted).
     zero: int | None = None
 
@@ -343,11 +346,6 @@ class DiskFit:
         self.skipped: list[int] | None = None
         #: Per candidate position, the max_memory_bytes an index there shows.
         self.shown: list[int | None] = [None] * len(run.node_ids)
-
-    def begin(self, data: tuple) -> None:
-        """A replica's simulation starts (``data``: the namespace's project columns)."""
-        self.search_fail = INF
-        self.skipped = None
 
     def choose(
         self, ns_plan: Any, replica_idx: int, index_idx: int, data: tuple, k: int
@@ -397,4 +395,6 @@ class DiskFit:
 
     def finish(self, ns_plan: Any, replica_idx: int, data: tuple, stop: int) -> int:
         """The replica is planned; the largest repository size placed (-1: not tracked)."""
+        self.search_fail = INF
+        self.skipped = None
         return -1
