@@ -29,7 +29,7 @@ gone.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -269,7 +269,12 @@ def do_apply_decision(
     settings: app_settings.ZoektSettings | None = None,
     now: datetime | None = None,
 ) -> EvictionDecision:
-    """Record ``decision`` and, if it is to be applied, carry it out (one transaction)."""
+    """Record ``decision`` and, if it is to be applied, carry it out (one transaction).
+
+    How it is carried out depends on the mode (``_carrier``): moves, the
+    legacy node-level deletion of whole namespaces, the node-level deletion
+    of the chosen replicas, or marking the chosen indices pending eviction.
+    """
     settings = settings or app_settings.current()
     now = now or clock.now()
     with transaction.atomic():
@@ -284,81 +289,11 @@ def do_apply_decision(
         details: dict[str, Any] = dict(decision.details)
         if stale:
             details["changed_since_decided"] = stale
-        use_moves = decision.mode == p.SAFEGUARDS and settings.eviction_moves and node is not None
-        if use_moves:
-            rules = policy_from_settings(settings)
-            # Move instead of delete, for every trigger: each chosen index's replacement
-            # is built elsewhere while it serves; only the recorded fallbacks go now.
-            started = moves.start_moves(
-                chosen,
-                source=node,
-                trigger=decision.trigger,
-                critical=bool(decision.total_bytes)
-                and decision.used_bytes / decision.total_bytes >= rules.critical,
-                target_ceiling=rules.high - capacity.EVICTION_HYSTERESIS,
-                settings=settings,
-                now=now,
-            )
-            details["moves_started"] = [m.id for m in started.moves]
-            details["not_moved"] = started.not_moved
-            moving = {m.source_index_ref for m in started.moves}
-            fallback = set(started.fallback_replica_ids)
-            chosen = [c for c in chosen if c.index_id in moving or c.replica_id in fallback]
-            if not chosen:
-                return _record_skipped(
-                    decision,
-                    node,
-                    now,
-                    reason=Reason.EVICTION_NOTHING_ELIGIBLE,
-                    not_moved=started.not_moved,
-                )
-            _evict(sorted(fallback), details, now)
-        elif decision.trigger == p.NODE_LEVEL:
-            if decision.mode == p.LEGACY:
-                replica_ids = list(
-                    Replica.objects.filter(namespace_id__in=decision.namespace_ids).values_list(
-                        "id", flat=True
-                    )
-                )
-                for enabled in EnabledNamespace.objects.filter(
-                    root_namespace_id__in=decision.namespace_ids
-                ):
-                    enabled.update_last_used_storage_bytes()
-                _evict(replica_ids, details, now, record_used=False)
-            else:
-                _evict(
-                    sorted({c.replica_id for c in chosen if c.replica_id is not None}),
-                    details,
-                    now,
-                )
-        else:
-            # GitLab's walk (legacy) re-marks evicted and orphaned indices too;
-            # the safeguards chose ready ones only (re-checked above).
-            details["indices_marked_pending_eviction"] = transitions.mark_indices_pending_eviction(
-                Index.objects.filter(id__in=[c.index_id for c in chosen]), now=now
-            )
-        namespace_ids = list(decision.namespace_ids) or sorted({c.namespace_id for c in chosen})
-        row = _new_row(
-            decision,
-            node,
-            now,
-            reason=decision.reason,
-            applied_at=now,
-            chosen=[_chosen_dict(c) for c in chosen],
-            index_ids=[c.index_id for c in chosen],
-            namespace_ids=namespace_ids,
-            namespaces_affected=len(namespace_ids),
-            details=details,
-        )
-        if details.get("moves_started"):
-            Move.objects.filter(id__in=details["moves_started"]).update(decision_id=row.id)
-        if node is not None and decision.mode == p.SAFEGUARDS:
-            node.eviction_cooldown_until = now + timedelta(
-                seconds=settings.eviction_cooldown_seconds
-            )
-            Node.objects.filter(id=node.id).update(
-                eviction_cooldown_until=node.eviction_cooldown_until
-            )
+        carry_out = _carrier(decision, settings, node)
+        done = carry_out(decision, node, chosen, details, settings, now)
+        if isinstance(done, EvictionDecision):
+            return done
+        row = _record_applied(decision, node, done, details, settings, now)
     log.info(
         "eviction_decision",
         node_id=decision.node_id,
@@ -370,6 +305,138 @@ def do_apply_decision(
         chosen_bytes=row.chosen_bytes,
         projected_used_bytes=decision.projected_used_bytes,
     )
+    return row
+
+
+def _carrier(
+    decision: p.Decision, settings: app_settings.ZoektSettings, node: Node | None
+) -> Callable[..., list[p.Chosen] | EvictionDecision]:
+    """How an applied decision is carried out, by mode and trigger."""
+    if decision.mode == p.SAFEGUARDS and settings.eviction_moves and node is not None:
+        return _move_chosen
+    if decision.trigger == p.NODE_LEVEL:
+        if decision.mode == p.LEGACY:
+            return _evict_namespaces
+        return _evict_chosen_replicas
+    return _mark_pending_eviction
+
+
+def _move_chosen(
+    decision: p.Decision,
+    node: Node,
+    chosen: list[p.Chosen],
+    details: dict[str, Any],
+    settings: app_settings.ZoektSettings,
+    now: datetime,
+) -> list[p.Chosen] | EvictionDecision:
+    """Safeguards with moves, every trigger: each chosen index's replacement is
+    built elsewhere while it serves; only the recorded fallbacks are deleted
+    now. Returns what was moved or deleted, or the skip when nothing was."""
+    rules = policy_from_settings(settings)
+    started = moves.start_moves(
+        chosen,
+        source=node,
+        trigger=decision.trigger,
+        critical=bool(decision.total_bytes)
+        and decision.used_bytes / decision.total_bytes >= rules.critical,
+        target_ceiling=rules.high - capacity.EVICTION_HYSTERESIS,
+        settings=settings,
+        now=now,
+    )
+    details["moves_started"] = [m.id for m in started.moves]
+    details["not_moved"] = started.not_moved
+    moving = {m.source_index_ref for m in started.moves}
+    fallback = set(started.fallback_replica_ids)
+    chosen = [c for c in chosen if c.index_id in moving or c.replica_id in fallback]
+    if not chosen:
+        return _record_skipped(
+            decision,
+            node,
+            now,
+            reason=Reason.EVICTION_NOTHING_ELIGIBLE,
+            not_moved=started.not_moved,
+        )
+    _evict(sorted(fallback), details, now)
+    return chosen
+
+
+def _evict_namespaces(
+    decision: p.Decision,
+    node: Node | None,
+    chosen: list[p.Chosen],
+    details: dict[str, Any],
+    settings: app_settings.ZoektSettings,
+    now: datetime,
+) -> list[p.Chosen]:
+    """Legacy node-level (GitLab's): every replica of the chosen namespaces goes."""
+    replica_ids = list(
+        Replica.objects.filter(namespace_id__in=decision.namespace_ids).values_list("id", flat=True)
+    )
+    for enabled in EnabledNamespace.objects.filter(root_namespace_id__in=decision.namespace_ids):
+        enabled.update_last_used_storage_bytes()
+    _evict(replica_ids, details, now, record_used=False)
+    return chosen
+
+
+def _evict_chosen_replicas(
+    decision: p.Decision,
+    node: Node | None,
+    chosen: list[p.Chosen],
+    details: dict[str, Any],
+    settings: app_settings.ZoektSettings,
+    now: datetime,
+) -> list[p.Chosen]:
+    """Node-level with the safeguards, no moves: the chosen indices' replicas go."""
+    _evict(sorted({c.replica_id for c in chosen if c.replica_id is not None}), details, now)
+    return chosen
+
+
+def _mark_pending_eviction(
+    decision: p.Decision,
+    node: Node | None,
+    chosen: list[p.Chosen],
+    details: dict[str, Any],
+    settings: app_settings.ZoektSettings,
+    now: datetime,
+) -> list[p.Chosen]:
+    """The index triggers, no moves: the chosen indices are marked pending eviction.
+
+    GitLab's walk (legacy) re-marks evicted and orphaned indices too; the
+    safeguards chose ready ones only (re-checked before)."""
+    details["indices_marked_pending_eviction"] = transitions.mark_indices_pending_eviction(
+        Index.objects.filter(id__in=[c.index_id for c in chosen]), now=now
+    )
+    return chosen
+
+
+def _record_applied(
+    decision: p.Decision,
+    node: Node | None,
+    chosen: list[p.Chosen],
+    details: dict[str, Any],
+    settings: app_settings.ZoektSettings,
+    now: datetime,
+) -> EvictionDecision:
+    """The applied decision's row; its moves point at it, and (safeguards) the
+    node cools down."""
+    namespace_ids = list(decision.namespace_ids) or sorted({c.namespace_id for c in chosen})
+    row = _new_row(
+        decision,
+        node,
+        now,
+        reason=decision.reason,
+        applied_at=now,
+        chosen=[_chosen_dict(c) for c in chosen],
+        index_ids=[c.index_id for c in chosen],
+        namespace_ids=namespace_ids,
+        namespaces_affected=len(namespace_ids),
+        details=details,
+    )
+    if details.get("moves_started"):
+        Move.objects.filter(id__in=details["moves_started"]).update(decision_id=row.id)
+    if node is not None and decision.mode == p.SAFEGUARDS:
+        node.eviction_cooldown_until = now + timedelta(seconds=settings.eviction_cooldown_seconds)
+        Node.objects.filter(id=node.id).update(eviction_cooldown_until=node.eviction_cooldown_until)
     return row
 
 

@@ -480,103 +480,127 @@ def negative_unclaimed(
     for node in sorted(nodes, key=lambda n: n.id):
         if node.unclaimed_storage_bytes >= 0:
             continue
-        shortfall = -node.unclaimed_storage_bytes
         rows = sorted(by_node.get(node.id, []), key=lambda r: r.id)
-        pressure = None
-        if not policy.safeguards:
-            chosen: list[Chosen] = []
-            covered = 0
-            for row in rows:
-                if row.state == "pending_eviction":
-                    continue
-                if len(chosen) >= limit:
-                    break
-                covered += max(row.reserved_storage_bytes, 0)
-                chosen.append(_chosen(row))
-                if covered >= shortfall:
-                    break
-        else:
-            if node.percent_used < policy.high:
-                out.append(
-                    _skip(
-                        node,
-                        NEGATIVE_UNCLAIMED,
-                        SAFEGUARDS,
-                        Reason.EVICTION_UNDER_HIGH_WATERMARK,
-                        shortfall_bytes=shortfall,
-                    )
-                )
-                continue
-            if node.cooling(now):
-                out.append(
-                    _skip(
-                        node,
-                        NEGATIVE_UNCLAIMED,
-                        SAFEGUARDS,
-                        Reason.EVICTION_NODE_COOLING_DOWN,
-                        cooldown_until=node.cooldown_until.isoformat(),
-                        shortfall_bytes=shortfall,
-                    )
-                )
-                continue
-            pressure, over_seconds = _pressure(node, policy, now)
-            if pressure is None:
-                # A shortfall that a transient spike caused (less free disk, the same
-                # reservations) waits for the sustain period like node-level eviction.
-                out.append(
-                    _skip(
-                        node,
-                        NEGATIVE_UNCLAIMED,
-                        SAFEGUARDS,
-                        Reason.EVICTION_SUSTAIN_NOT_REACHED,
-                        over_high_watermark_seconds=over_seconds or 0,
-                        sustain_seconds=policy.sustain_seconds,
-                        shortfall_bytes=shortfall,
-                    )
-                )
-                continue
-            ready = [r for r in rows if r.state == READY]
-            covering = [r for r in ready if r.reserved_storage_bytes >= shortfall]
-            if covering:
-                best = min(covering, key=lambda r: (r.reserved_storage_bytes, r.id))
-                chosen = [_chosen(best)]
-                covered = best.reserved_storage_bytes
-            else:
-                chosen = []
-                covered = 0
-                for row in sorted(ready, key=lambda r: (-r.reserved_storage_bytes, r.id)):
-                    if covered >= shortfall or len(chosen) >= limit:
-                        break
-                    covered += max(row.reserved_storage_bytes, 0)
-                    chosen.append(_chosen(row))
-        if not chosen:
-            out.append(
-                _skip(
-                    node,
-                    NEGATIVE_UNCLAIMED,
-                    policy.mode,
-                    Reason.EVICTION_NOTHING_ELIGIBLE,
-                    shortfall_bytes=shortfall,
-                )
-            )
-            continue
-        out.append(
-            Decision(
-                node.id,
-                node.name,
-                NEGATIVE_UNCLAIMED,
-                policy.mode,
-                Reason.EVICTION_NEGATIVE_UNCLAIMED_STORAGE,
-                True,
-                node.used_bytes,
-                node.total_bytes,
-                chosen=tuple(chosen),
-                projected_used_bytes=node.used_bytes - sum(c.used_storage_bytes for c in chosen),
-                details={
-                    "shortfall_bytes": shortfall,
-                    "reserved_bytes_covered": covered,
-                    **({"pressure": pressure} if pressure else {}),
-                },
-            )
-        )
+        out.append(_negative_unclaimed_node(node, rows, policy, now, limit))
     return out
+
+
+def _negative_unclaimed_node(
+    node: NodeState, rows: list[IndexRow], policy: Policy, now: datetime, limit: int
+) -> Decision:
+    """The decision for one node with negative unclaimed storage (``rows``: its
+    indices in id order)."""
+    shortfall = -node.unclaimed_storage_bytes
+    pressure = None
+    if not policy.safeguards:
+        chosen, covered = _cover_in_id_order(rows, shortfall, limit)
+    else:
+        skip, pressure = _negative_unclaimed_waits(node, shortfall, policy, now)
+        if skip is not None:
+            return skip
+        chosen, covered = _cover_from_ready(rows, shortfall, limit)
+    if not chosen:
+        return _skip(
+            node,
+            NEGATIVE_UNCLAIMED,
+            policy.mode,
+            Reason.EVICTION_NOTHING_ELIGIBLE,
+            shortfall_bytes=shortfall,
+        )
+    return Decision(
+        node.id,
+        node.name,
+        NEGATIVE_UNCLAIMED,
+        policy.mode,
+        Reason.EVICTION_NEGATIVE_UNCLAIMED_STORAGE,
+        True,
+        node.used_bytes,
+        node.total_bytes,
+        chosen=tuple(chosen),
+        projected_used_bytes=node.used_bytes - sum(c.used_storage_bytes for c in chosen),
+        details={
+            "shortfall_bytes": shortfall,
+            "reserved_bytes_covered": covered,
+            **({"pressure": pressure} if pressure else {}),
+        },
+    )
+
+
+def _cover_in_id_order(
+    rows: list[IndexRow], shortfall: int, limit: int
+) -> tuple[list[Chosen], int]:
+    """Legacy: the indices not already pending eviction, in id order, until their
+    positive reservations cover the shortfall (at most ``limit``)."""
+    chosen: list[Chosen] = []
+    covered = 0
+    for row in rows:
+        if row.state == "pending_eviction":
+            continue
+        if len(chosen) >= limit:
+            break
+        covered += max(row.reserved_storage_bytes, 0)
+        chosen.append(_chosen(row))
+        if covered >= shortfall:
+            break
+    return chosen, covered
+
+
+def _negative_unclaimed_waits(
+    node: NodeState, shortfall: int, policy: Policy, now: datetime
+) -> tuple[Decision | None, str | None]:
+    """With the safeguards: the skip of a node that waits (under the high
+    watermark, cooling down, or over it for less than the sustain period), or
+    ``None`` and the node's pressure."""
+    if node.percent_used < policy.high:
+        skip = _skip(
+            node,
+            NEGATIVE_UNCLAIMED,
+            SAFEGUARDS,
+            Reason.EVICTION_UNDER_HIGH_WATERMARK,
+            shortfall_bytes=shortfall,
+        )
+        return skip, None
+    if node.cooling(now):
+        skip = _skip(
+            node,
+            NEGATIVE_UNCLAIMED,
+            SAFEGUARDS,
+            Reason.EVICTION_NODE_COOLING_DOWN,
+            cooldown_until=node.cooldown_until.isoformat(),
+            shortfall_bytes=shortfall,
+        )
+        return skip, None
+    pressure, over_seconds = _pressure(node, policy, now)
+    if pressure is None:
+        # A shortfall that a transient spike caused (less free disk, the same
+        # reservations) waits for the sustain period like node-level eviction.
+        skip = _skip(
+            node,
+            NEGATIVE_UNCLAIMED,
+            SAFEGUARDS,
+            Reason.EVICTION_SUSTAIN_NOT_REACHED,
+            over_high_watermark_seconds=over_seconds or 0,
+            sustain_seconds=policy.sustain_seconds,
+            shortfall_bytes=shortfall,
+        )
+        return skip, None
+    return None, pressure
+
+
+def _cover_from_ready(rows: list[IndexRow], shortfall: int, limit: int) -> tuple[list[Chosen], int]:
+    """With the safeguards: among the ready indices, the smallest whose
+    reservation alone covers the shortfall, else the largest first until it is
+    covered (at most ``limit``)."""
+    ready = [r for r in rows if r.state == READY]
+    covering = [r for r in ready if r.reserved_storage_bytes >= shortfall]
+    if covering:
+        best = min(covering, key=lambda r: (r.reserved_storage_bytes, r.id))
+        return [_chosen(best)], best.reserved_storage_bytes
+    chosen: list[Chosen] = []
+    covered = 0
+    for row in sorted(ready, key=lambda r: (-r.reserved_storage_bytes, r.id)):
+        if covered >= shortfall or len(chosen) >= limit:
+            break
+        covered += max(row.reserved_storage_bytes, 0)
+        chosen.append(_chosen(row))
+    return chosen, covered

@@ -23,13 +23,20 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
-from planner.core import EMPTY_REPLICA, MEMORY_OVERFLOW, NEW_INDEX, NO_NODE
 from planner.filters import (
     Rejection,
     candidate_rejections,
     empty_replica_rejections,
 )
-from planner.plan import DecisionLog, NamespacePlan, Plan
+from planner.plan import (
+    EMPTY_REPLICA,
+    MEMORY_OVERFLOW,
+    NEW_INDEX,
+    NO_NODE,
+    DecisionLog,
+    NamespacePlan,
+    Plan,
+)
 from planner.scenario import BALANCED, DISK, MEMORY
 
 

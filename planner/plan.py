@@ -217,6 +217,13 @@ class NodeChange:
         return out
 
 
+#: The kinds of decision record (``Decision.kind``).
+NEW_INDEX = "new_index"
+NO_NODE = "no_node"
+EMPTY_REPLICA = "empty_replica"
+MEMORY_OVERFLOW = "memory_overflow"
+
+
 class Decision(NamedTuple):
     """One placement decision, written down as the core makes it (for explain).
 

@@ -610,6 +610,26 @@ def test_without_names_no_name_key_appears():
     assert '"name"' not in text
 
 
+def test_a_failed_plan_writes_node_names_as_a_placed_one_does():
+    """The contract: with names, every index carries ``node_name`` (null for a
+    nameless node), failed plans' indices included; without names, no index
+    carries the key, failed or not (as the literal model of GitLab's newest
+    planner writes them)."""
+    nodes = [node(1, 100, "zoekt-a"), node(2, 100)]
+    # Project 3 fits no node: the namespace fails after opening two indices.
+    failing = namespace(10, 100, [(101, 1, 90), (102, 2, 90), (103, 3, 500)])
+    named = plan_dict(scenario(nodes, [failing]))
+    (failed,) = named["failures"]
+    assert failed["errors"][0]["type"] == "node_unavailable"
+    assert [i["node_name"] for i in failed["replicas"][0]["indices"]] == ["zoekt-a", None]
+    nameless = plan_dict(scenario([node(1, 100), node(2, 100)], [failing]))
+    (failed,) = nameless["failures"]
+    assert [i["node_id"] for i in failed["replicas"][0]["indices"]] == [1, 2]
+    assert "node_name" not in json.dumps(nameless)
+    parsed = parse_scenario(scenario([node(1, 100), node(2, 100)], [failing]))
+    assert dumps(nameless) == dumps(reference_plan(parsed))
+
+
 def test_namespaces_keep_input_order_and_node_indices_are_sorted_by_namespace():
     result = plan_dict(
         scenario(
