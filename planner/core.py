@@ -470,10 +470,12 @@ class _Run(MemoryDimension):
                         if position is None:
                             continue
                     if self.log is not None:
-                        cause = fit.cause(bound, last, last_req + size, last_open)
-                        self._record_new_index(
-                            ns_plan, replica_idx, indices, data, k, fit, position, cause, warning
-                        )
+                        self._record(
+                            NEW_INDEX, ns_plan, replica_idx, len(indices), data[1][k], data[0][k],
+                            fit.demand(data, k), position,
+                            fit.cause(bound, last, last_req + size, last_open) if memory else None,
+                            warning,
+                        )  # fmt: skip
                     last_open = self.disk[position]
                     start = None if last is None else last_to + 1
                     last = self._open_index(ns_plan, indices, position, start, size, fit, ceilings)
@@ -507,32 +509,6 @@ class _Run(MemoryDimension):
                 INDEX_LIMIT_EXCEEDED,
                 f"Replica reached maximum index limit ({self.cap})",
             )
-        )
-
-    def _record_new_index(
-        self,
-        ns_plan: NamespacePlan,
-        replica_idx: int,
-        indices: list[PlannedIndex],
-        data: tuple,
-        k: int,
-        fit: DiskFit,
-        position: int,
-        cause: str | None,
-        warning: str | None,
-    ) -> None:
-        """The record of project ``k`` opening the replica's next index at ``position``."""
-        self._record(
-            NEW_INDEX,
-            ns_plan,
-            replica_idx,
-            len(indices),
-            data[1][k],
-            data[0][k],
-            fit.demand(data, k),
-            position,
-            cause,
-            warning,
         )
 
     def _open_index(

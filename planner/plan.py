@@ -345,7 +345,9 @@ class Plan:
             "destroy": [ns.to_dict(named=named) for ns in self.destroy],
             "unchanged": [ns.to_dict(named=named) for ns in self.unchanged],
             "nodes": [node.to_dict(named=named) for node in self.nodes],
-            "failures": [ns.to_dict(named=named) for ns in self.failures],
+            # A failed plan's indices always carry node_name, null for a nameless node,
+            # as GitLab's newest planner writes them (docs/planner.md).
+            "failures": [ns.to_dict(named=True) for ns in self.failures],
         }
         if self.bounds is not None:
             out["bounds"] = {dim: dict(values) for dim, values in self.bounds.items()}

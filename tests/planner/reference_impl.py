@@ -111,8 +111,11 @@ def reference_plan(scenario: Scenario) -> dict[str, Any]:
                             "index taking up to its node's unclaimed storage",
                         }
                     )
+        # GitLab's newest planner names every index's node (null when nameless); a
+        # placed plan carries the key only when some node has a name, a failed one always.
+        carries_name = named or bool(errors)
         result["replicas"] = [
-            {"indices": [_out(i, named) for i in replica]} for replica in replicas
+            {"indices": [_out(i, carries_name) for i in replica]} for replica in replicas
         ]
         result["namespace_required_storage_bytes"] = sum(
             i["required"] for replica in replicas for i in replica

@@ -610,11 +610,11 @@ def test_without_names_no_name_key_appears():
     assert '"name"' not in text
 
 
-def test_a_failed_plan_writes_node_names_as_a_placed_one_does():
-    """The contract: with names, every index carries ``node_name`` (null for a
-    nameless node), failed plans' indices included; without names, no index
-    carries the key, failed or not (as the literal model of GitLab's newest
-    planner writes them)."""
+def test_a_failed_plans_indices_carry_node_name_null_when_the_nodes_have_no_names():
+    """GitLab's newest planner names each index's node, null for a nameless one. A placed
+    plan carries the key only when some node has a name (the contract); a failed plan's
+    indices carry it always, so a scenario without names still gets ``node_name: null``
+    there, and nowhere else."""
     nodes = [node(1, 100, "zoekt-a"), node(2, 100)]
     # Project 3 fits no node: the namespace fails after opening two indices.
     failing = namespace(10, 100, [(101, 1, 90), (102, 2, 90), (103, 3, 500)])
@@ -625,7 +625,9 @@ def test_a_failed_plan_writes_node_names_as_a_placed_one_does():
     nameless = plan_dict(scenario([node(1, 100), node(2, 100)], [failing]))
     (failed,) = nameless["failures"]
     assert [i["node_id"] for i in failed["replicas"][0]["indices"]] == [1, 2]
-    assert "node_name" not in json.dumps(nameless)
+    assert [i["node_name"] for i in failed["replicas"][0]["indices"]] == [None, None]
+    assert "node_name" not in json.dumps({k: v for k, v in nameless.items() if k != "failures"})
+    assert '"name"' not in json.dumps(nameless)
     parsed = parse_scenario(scenario([node(1, 100), node(2, 100)], [failing]))
     assert dumps(nameless) == dumps(reference_plan(parsed))
 
