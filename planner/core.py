@@ -304,7 +304,8 @@ class _Run(MemoryDimension):
             return
         if existing == desired:
             return
-        self._exclude_existing(namespace)
+        if namespace.existing_node_ids:
+            self._exclude_existing(namespace)
         if namespace.has_projects:
             self._plan_projects(ns_plan, namespace, desired - existing)
         else:
@@ -470,12 +471,10 @@ class _Run(MemoryDimension):
                         if position is None:
                             continue
                     if self.log is not None:
-                        self._record(
-                            NEW_INDEX, ns_plan, replica_idx, len(indices), data[1][k], data[0][k],
-                            fit.demand(data, k), position,
-                            fit.cause(bound, last, last_req + size, last_open) if memory else None,
-                            warning,
-                        )  # fmt: skip
+                        cause = memory and fit.cause(bound, last, last_req + size, last_open)
+                        self._record(NEW_INDEX, ns_plan, replica_idx, len(indices), data[1][k],
+                                     data[0][k], fit.demand(data, k), position, cause or None,
+                                     warning)  # fmt: skip
                     last_open = self.disk[position]
                     start = None if last is None else last_to + 1
                     last = self._open_index(ns_plan, indices, position, start, size, fit, ceilings)

@@ -136,7 +136,8 @@ class MemoryFit(DiskFit):
             return super().choose(ns_plan, replica_idx, index_idx, data, k)
         run = self.run
         r = self._r(data, k)
-        run.exhausted.flush()
+        if run.exhausted.pending:
+            run.exhausted.flush()
         position = run.pick_both(r)
         if position is not None:
             return position, None

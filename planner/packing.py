@@ -354,7 +354,8 @@ class DiskFit:
         node (a ``node_unavailable`` error is recorded and the project skipped)."""
         size = data[2][k]
         run = self.run
-        run.exhausted.flush()
+        if run.exhausted.pending:
+            run.exhausted.flush()
         position = run.pick(size) if size < self.search_fail else None
         if position is None:
             if size < self.search_fail:
