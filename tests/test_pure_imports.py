@@ -19,6 +19,8 @@ ROOT = Path(__file__).resolve().parent.parent
 #: demo catalog's row builders (the placement bench plans them without Django).
 PURE_MODULES = (
     "planner.core",
+    "planner.packing",
+    "planner.memory",
     "planner.scenario",
     "planner.plan",
     "planner.filters",
