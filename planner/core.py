@@ -29,6 +29,9 @@ changing a single choice:
   before are never looked at one by one.
 * Within a replica, a size the search could not place fails for good (room
   only shrinks and exclusions only grow), so it is not searched again.
+* By the disk rule with a whole buffer factor, a namespace's scaled sizes
+  are computed only past its first project when its first index cannot take
+  it whole (the total is its repository bytes times the factor).
 
 One replica simulation (``_Run._simulate_replica``) serves every run: a
 project that joins the replica's last index costs what it does in GitLab's
@@ -344,13 +347,22 @@ class _Run(MemoryDimension):
         pnids, pids, repository_sizes = namespace.columns
         num, den = self.factor
         if den == 1:
-            sizes = [r * num for r in repository_sizes] if num != 1 else repository_sizes
-            data = (pnids, pids, sizes, None, sum(sizes))
+            if num == 1:
+                sizes = repository_sizes
+            elif self.memory:
+                sizes = [r * num for r in repository_sizes]
+            else:
+                # Scaled only as far as the simulation reads (``_scale_rest``):
+                # most namespaces fit their first index whole.
+                sizes = [r * num for r in repository_sizes[:1]]
+            total = namespace.repository_bytes * num
+            data = (pnids, pids, sizes, None, total, repository_sizes)
         else:
             sizes = [-(-r * num // den) for r in repository_sizes]
             # Memory counts repository bytes beside the scaled ones (``_simulate_replica``).
             rsizes = repository_sizes if self.memory else None
-            data = (pnids, pids, sizes, rsizes, INF if self.memory else sum(sizes))
+            total = INF if self.memory else sum(sizes)
+            data = (pnids, pids, sizes, rsizes, total, repository_sizes)
         aware = self.memory and self.aware
         # (The sum is only needed with a fractional buffer factor and a ceiling.)
         bind = self.disk_ceilings is not None and self._ceiling_may_bind(
@@ -427,28 +439,30 @@ class _Run(MemoryDimension):
         fit: DiskFit,
         ceilings: list[int] | None = None,
     ) -> int:
-        """Plan one replica of ``data`` (``(pnids, pids, sizes, rsizes, total)``,
-        ``_plan_projects``); returns how many projects it went through (fewer
-        than all: the index cap stopped it). GitLab's newest planner: before
-        each project the index cap is checked; a project that fits the
-        replica's last index joins it with no node search; otherwise a new
-        index opens on the node ``fit`` chooses, which is excluded at once.
-        ``ceilings``: ``max_index_storage_fraction``. With memory
-        (``MemoryFit``) an index may hold less than its max_storage_bytes, and
-        a project that fits it on disk but not in memory is the fit's to decide.
+        """Plan one replica of ``data`` (``(pnids, pids, sizes, rsizes, total,
+        repository sizes)``, ``_plan_projects``); returns how many projects it
+        went through (fewer than all: the index cap stopped it). GitLab's newest
+        planner: before each project the index cap is checked; a project that
+        fits the replica's last index joins it with no node search; otherwise a
+        new index opens on the node ``fit`` chooses, excluded at once.
+        ``ceilings``: ``max_index_storage_fraction``. With memory (``MemoryFit``)
+        an index may hold less than its max_storage_bytes, and a project that
+        fits it on disk but not in memory is the fit's to decide.
         """
-        pnids, _, sizes, rsizes, total = data
+        pnids, _, sizes, rsizes, total, _ = data
         nonlinear, memory, cap = rsizes is not None, fit.memory, self.cap
         indices: list[PlannedIndex] = []
-        stop = len(sizes)
-        # The last index: node, max_storage_bytes, what it may hold (memory may bind),
-        # its node's unclaimed bytes and memory when it opened, what it holds so far.
+        stop = len(pnids)
+        # The last index: node, max_storage_bytes, limits, its node's room when it opened, fill.
         last: PlannedIndex | None = None
         last_pos = last_max = last_lim = -1
         last_rlim: int | float = INF
         last_open = last_mopen = last_req = last_to = last_r = 0
         for k in range(stop):
-            size = sizes[k]
+            try:
+                size = sizes[k]
+            except IndexError:  # Scaled lazily: the first size only, until now.
+                size = self._scale_rest(data)[k]
             if len(indices) >= cap:
                 self._index_limit(ns_plan, replica_idx)
                 stop = k
@@ -457,10 +471,9 @@ class _Run(MemoryDimension):
                 position, bound, warning = -1, None, None
                 if last_req + size <= last_max:
                     # Fits the last index on disk but not in memory (memory-aware only).
-                    fit.close(last, last_pos, last_open, last_req, last_to, last_r, last_mopen)
-                    last_index = (last_pos, last_req, last_r, last_mopen, last_max)
+                    last_index = (last, last_pos, last_open, last_req, last_to, last_r, last_mopen)
                     position, bound, last_lim, last_rlim = fit.bound(
-                        ns_plan, replica_idx, data, k, last_index, len(indices)
+                        ns_plan, replica_idx, data, k, last_index, last_max, len(indices)
                     )
                 if position >= 0 or last_req + size > last_max:
                     # A new index: the replica's first, a rollover, or a memory rollover.
@@ -498,6 +511,14 @@ class _Run(MemoryDimension):
             fit.close(last, last_pos, last_open, last_req, None, last_r, last_mopen)
         ns_plan.replicas.append(ReplicaPlan(indices))
         return stop
+
+    def _scale_rest(self, data: tuple) -> list[int]:
+        """The scaled sizes of ``data`` completed in place past those scaled so far
+        (``_plan_projects`` scales the first only, for the disk rule)."""
+        sizes, repository_sizes = data[2], data[5]
+        num = self.factor[0]
+        sizes.extend([r * num for r in repository_sizes[len(sizes) :]])
+        return sizes
 
     def _index_limit(self, ns_plan: NamespacePlan, replica_idx: int) -> None:
         """The replica reached the index cap: GitLab's error, the rest of it unplanned."""

@@ -201,21 +201,25 @@ class MemoryFit(DiskFit):
         replica_idx: int,
         data: tuple,
         k: int,
-        last: tuple[int, int, int, int | float, int],
+        last: tuple[Any, int, int, int, int, int, int | float],
+        last_max: int,
         n_indices: int,
     ) -> tuple[int, str | None, int | float, int | float]:
         """Project ``k`` fits the last index on disk but not in memory (aware only).
 
-        ``last``: the last index's node position, scaled bytes, repository
-        bytes (fractional factor), its node's unclaimed memory when it opened,
-        and its max_storage_bytes. Returns ``(position, cause, limit,
-        r_limit)``: a rollover to ``position``, or (``position`` -1) the
-        project stays with the index's new limits.
+        ``last``: ``close``'s arguments for the last index as it stands (its
+        node position, that node's unclaimed bytes when it opened, scaled bytes,
+        range end, repository bytes (fractional factor), its node's unclaimed
+        memory when it opened); it is closed here first. ``last_max``: its
+        max_storage_bytes. Returns ``(position, cause, limit, r_limit)``: a
+        rollover to ``position``, or (``position`` -1) the project stays with
+        the index's new limits.
         """
-        last_pos, last_req, last_r, last_mopen, last_max = last
+        self.close(*last)
+        _, last_pos, _, last_req, _, last_r, last_mopen = last
         nonlinear = self.nonlinear
         num = self.num
-        pnids, pids, sizes, rsizes, _total = data
+        pnids, pids, sizes, rsizes, _total, _ = data
         if self.notes is None:
             self.notes = {}
         outcome = self.run._memory_limit(

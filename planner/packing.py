@@ -42,6 +42,8 @@ __all__ = [
 
 NEG = float("-inf")
 INF = float("inf")
+#: No position excluded (one shared empty set).
+_NONE_EXCLUDED: frozenset[int] = frozenset()
 
 
 class FirstFit:
@@ -265,7 +267,7 @@ class Exhausted:
         self.positions: set[int] = set()
         self.pending: list[int] = []
         self.blocked: list[int] = []
-        self._frozen: frozenset[int] | None = frozenset()
+        self._frozen: frozenset[int] | None = _NONE_EXCLUDED
 
     def __contains__(self, position: int) -> bool:
         return position in self.positions
@@ -296,14 +298,16 @@ class Exhausted:
     def release(self) -> None:
         """The namespace is planned: its excluded nodes are candidates again."""
         if self.positions:
-            for tree in self.trees:
-                unblock = tree.unblock
-                for position in self.blocked:
-                    unblock(position)
+            blocked = self.blocked
+            if blocked:
+                for tree in self.trees:
+                    unblock = tree.unblock
+                    for position in blocked:
+                        unblock(position)
+                blocked.clear()
             self.positions.clear()
             self.pending.clear()
-            self.blocked.clear()
-            self._frozen = frozenset()
+            self._frozen = _NONE_EXCLUDED
 
 
 class DiskFit:
