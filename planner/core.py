@@ -457,13 +457,13 @@ class _Run(MemoryDimension):
         last: PlannedIndex | None = None
         last_pos = last_max = last_lim = -1
         last_rlim: int | float = INF
-        last_open = last_mopen = last_req = last_to = last_r = 0
+        last_open = last_mopen = last_req = last_to = last_r = opened = 0
         for k in range(stop):
             try:
                 size = sizes[k]
             except IndexError:  # Scaled lazily: the first size only, until now.
                 size = self._scale_rest(data)[k]
-            if len(indices) >= cap:
+            if opened >= cap:
                 self._index_limit(ns_plan, replica_idx)
                 stop = k
                 break
@@ -473,25 +473,25 @@ class _Run(MemoryDimension):
                     # Fits the last index on disk but not in memory (memory-aware only).
                     last_index = (last, last_pos, last_open, last_req, last_to, last_r, last_mopen)
                     position, bound, last_lim, last_rlim = fit.bound(
-                        ns_plan, replica_idx, data, k, last_index, last_max, len(indices)
+                        ns_plan, replica_idx, data, k, last_index, last_max, opened
                     )
                 if position >= 0 or last_req + size > last_max:
                     # A new index: the replica's first, a rollover, or a memory rollover.
                     if last is not None:
                         fit.close(last, last_pos, last_open, last_req, last_to, last_r, last_mopen)
                     if position < 0:
-                        position, warning = fit.choose(ns_plan, replica_idx, len(indices), data, k)
+                        position, warning = fit.choose(ns_plan, replica_idx, opened, data, k)
                         if position is None:
                             continue
                     if self.log is not None:
                         cause = memory and fit.cause(bound, last, last_req + size, last_open)
-                        self._record(NEW_INDEX, ns_plan, replica_idx, len(indices), data[1][k],
+                        self._record(NEW_INDEX, ns_plan, replica_idx, opened, data[1][k],
                                      data[0][k], fit.demand(data, k), position, cause or None,
                                      warning)  # fmt: skip
                     last_open = self.disk[position]
                     start = None if last is None else last_to + 1
                     last = self._open_index(ns_plan, indices, position, start, size, fit, ceilings)
-                    last_pos, last_max = position, last.max_storage_bytes
+                    last_pos, last_max, opened = position, last.max_storage_bytes, opened + 1
                     if memory:
                         last_lim, last_rlim, last_mopen = fit.limits(position, last_max)
                     else:
@@ -515,9 +515,8 @@ class _Run(MemoryDimension):
     def _scale_rest(self, data: tuple) -> list[int]:
         """The scaled sizes of ``data`` completed in place past those scaled so far
         (``_plan_projects`` scales the first only, for the disk rule)."""
-        sizes, repository_sizes = data[2], data[5]
-        num = self.factor[0]
-        sizes.extend([r * num for r in repository_sizes[len(sizes) :]])
+        sizes, num = data[2], self.factor[0]
+        sizes[:] = [r * num for r in data[5]]
         return sizes
 
     def _index_limit(self, ns_plan: NamespacePlan, replica_idx: int) -> None:
