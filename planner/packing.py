@@ -282,12 +282,16 @@ class Exhausted:
         """Block in the trees every position added since the last flush."""
         pending = self.pending
         if pending:
-            for tree in self.trees:
-                block = tree.block
-                for position in pending:
-                    block(position)
+            self._each_tree("block", pending)
             self.blocked.extend(pending)
             pending.clear()
+
+    def _each_tree(self, change: str, positions: list[int]) -> None:
+        """``block`` or ``unblock`` each of ``positions`` in every tree."""
+        for tree in self.trees:
+            apply = getattr(tree, change)
+            for position in positions:
+                apply(position)
 
     def frozen(self) -> frozenset[int]:
         """Every excluded position, as an immutable set (shared while it does not change)."""
@@ -298,13 +302,9 @@ class Exhausted:
     def release(self) -> None:
         """The namespace is planned: its excluded nodes are candidates again."""
         if self.positions:
-            blocked = self.blocked
-            if blocked:
-                for tree in self.trees:
-                    unblock = tree.unblock
-                    for position in blocked:
-                        unblock(position)
-                blocked.clear()
+            if self.blocked:
+                self._each_tree("unblock", self.blocked)
+                self.blocked.clear()
             self.positions.clear()
             self.pending.clear()
             self._frozen = _NONE_EXCLUDED
