@@ -15,6 +15,10 @@ path (the bulk API's serializer and upsert), or removes it when GitLab answers 4
   and its descendants' ``traversal_ids`` follow;
 * ``group_destroy``: the same, and a 404 removes the group with its subtree.
 
+A removal goes through the catalog's (``catalog.do_remove_catalog_objects``), which
+recomputes the root's storage totals in the same transaction; a project GitLab answers
+``statistics: null`` for gets no statistics row, and keeps one it already had.
+
 Other events (users, keys, members...) are answered 204 and not stored.
 """
 
@@ -24,14 +28,12 @@ from datetime import timedelta
 
 import gitlab
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 
 from gitlab_sync import rows, sweep
 from gitlab_sync.models import HookEvent
-from zoekt import clock
-from zoekt.locks import LockKey, advisory_xact_lock
+from zoekt import catalog, clock
 from zoekt.logging import get_logger
-from zoekt.models import Namespace
 
 log = get_logger(__name__)
 
@@ -147,82 +149,42 @@ def _apply(gl: gitlab.Gitlab, event: HookEvent) -> str:
     return _refetch_project(gl, event.object_id)
 
 
-def _get(gl: gitlab.Gitlab, path: str, **query) -> dict | None:
-    """The entity at ``path``, or None when GitLab says it is not there."""
-    try:
-        return gl.http_get(path, query_data=query)
-    except gitlab.exceptions.GitlabHttpError as exc:
-        if exc.response_code == 404:
-            return None
-        raise
-
-
 def _ensure_namespace(gl: gitlab.Gitlab, namespace_id: int) -> None:
-    """Write a project's parent (and the groups above it) when the catalog lacks them."""
-    missing = []
-    current = namespace_id
-    while current is not None and not Namespace.objects.filter(id=current).exists():
-        entity = _get(gl, f"/namespaces/{current}")
-        if entity is None:
-            return  # gone: the project's write is refused and the event retried
-        if entity.get("kind") == "user":
-            missing.append(rows.user_namespace_row(entity))
-            break
-        group = _get(gl, f"/groups/{current}")
-        if group is None:
-            return
-        missing.append(rows.group_row(group))
-        current = group.get("parent_id")
+    """Write a project's parent (and the groups above it) when the catalog lacks them; when
+    GitLab no longer has it, nothing (the project's write is refused and the event retried)."""
+    missing = sweep.missing_namespace_rows(gl, namespace_id)
     if missing:
-        sweep.bulk_upsert(list(reversed(missing)), [], [])
+        sweep.bulk_upsert(missing, [], [])
 
 
 def _refetch_project(gl: gitlab.Gitlab, project_id: int) -> str:
-    entity = _get(gl, f"/projects/{project_id}", statistics="true")
+    entity = sweep.get_entity(gl, f"/projects/{project_id}", statistics="true")
     if entity is None:
-        return "removed" if _remove_project(project_id) else "absent"
+        return "removed" if _remove(project_ids=[project_id]) else "absent"
     own, project, sizes = rows.project_rows(entity)
     _ensure_namespace(gl, project["namespace_id"])
     sweep.drop_unknown_forks([project])
-    sweep.bulk_upsert([own], [project], [sizes])
+    # No statistics from GitLab (null): no row written, a stored one kept (rows.py).
+    sweep.bulk_upsert([own], [project], [] if sizes is None else [sizes])
     return "written"
 
 
 def _refetch_group(gl: gitlab.Gitlab, group_id: int) -> str:
-    entity = _get(gl, f"/groups/{group_id}")
+    entity = sweep.get_entity(gl, f"/groups/{group_id}")
     if entity is None:
-        return "removed" if _remove_namespace(group_id) else "absent"
+        return "removed" if _remove(namespace_ids=[group_id]) else "absent"
     if entity.get("parent_id") is not None:
         _ensure_namespace(gl, entity["parent_id"])
     sweep.bulk_upsert([rows.group_row(entity)], [], [])
     return "written"
 
 
-def _remove_project(project_id: int) -> bool:
-    """Delete the project and its project namespace; its repositories are orphaned and the
-    deletion pipeline removes them from the nodes."""
-    with transaction.atomic():
-        advisory_xact_lock(LockKey.CATALOG_UPSERT)
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "DELETE FROM projects WHERE id = %s RETURNING project_namespace_id", [project_id]
-            )
-            row = cursor.fetchone()
-            if row is None:
-                return False
-            if row[0] is not None:
-                cursor.execute(
-                    "DELETE FROM namespaces WHERE id = %s AND type = 'Project'", [row[0]]
-                )
-    return True
-
-
-def _remove_namespace(namespace_id: int) -> bool:
-    """Delete a group and, by the database's rules, everything under it."""
-    with transaction.atomic():
-        advisory_xact_lock(LockKey.CATALOG_UPSERT)
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "DELETE FROM namespaces WHERE id = %s AND type <> 'Project'", [namespace_id]
-            )
-            return cursor.rowcount > 0
+def _remove(*, project_ids=(), namespace_ids=()) -> bool:
+    """Remove a project (with its project namespace) or a group (with its subtree) through
+    the catalog's removal, which refreshes the root's storage totals in the same
+    transaction; the repositories left are orphaned for the deletion pipeline. Whether
+    anything was there to remove."""
+    removed = catalog.do_remove_catalog_objects(
+        project_ids=project_ids, namespace_ids=namespace_ids
+    )
+    return bool(removed["projects"] or removed["namespaces"])

@@ -86,9 +86,10 @@ def user_namespace_row(namespace: dict) -> dict:
     }
 
 
-def project_rows(project: dict) -> tuple[dict, dict, dict]:
+def project_rows(project: dict) -> tuple[dict, dict, dict | None]:
     """A ``GET /projects?statistics=true`` entity as its three catalog rows: its project
-    namespace (the surrogate id), the project, its statistics."""
+    namespace (the surrogate id), the project, its statistics (None when GitLab has none:
+    ``statistics`` null or absent, see ``statistics_row``)."""
     project_id = project.get("id")
     if not isinstance(project_id, int) or project_id <= 0:
         raise Unmappable(f"project id {project_id!r} is not a positive integer")
@@ -121,13 +122,25 @@ def project_rows(project: dict) -> tuple[dict, dict, dict]:
         ),
         "forked_from_project_id": fork.get("id") if isinstance(fork.get("id"), int) else None,
     }
-    statistics = project.get("statistics") or {}
-    sizes = {
+    return own_namespace, row, statistics_row(project_id, project.get("statistics"))
+
+
+def statistics_row(project_id: int, statistics: Any) -> dict | None:
+    """A project's ``statistics`` object as its ``project_statistics`` row, or None.
+
+    GitLab answers ``statistics: null`` for a project that has no statistics yet (they are
+    computed asynchronously); such a project gets no row, as in GitLab, and the planner
+    treats it as a project without statistics (docs/planner.md), never as a 0-byte one.
+    An existing row is then left as it is: the catalog keeps the last sizes GitLab gave.
+    Inside a statistics object a size GitLab left out is 0 (its columns default to 0).
+    """
+    if not isinstance(statistics, dict):
+        return None
+    return {
         "project_id": project_id,
         "repository_size": _size(statistics.get("repository_size")),
         "storage_size": _size(statistics.get("storage_size")),
     }
-    return own_namespace, row, sizes
 
 
 def _size(value: Any) -> int:

@@ -9,9 +9,11 @@
    ``statistics=true``), one page a batch: its project namespace, the project and its
    statistics;
 4. **removal**: what the catalog holds and this sweep did not see is deleted, in one
-   transaction: projects (their repositories are orphaned, and the scheduling's
-   deletion pipeline removes them from the nodes), then group and user namespaces (an
-   enabled namespace goes with its root, and its indices through the same pipeline).
+   transaction (``catalog.do_remove_catalog_objects``): projects (their repositories are
+   orphaned, and the scheduling's deletion pipeline removes them from the nodes), then
+   group and user namespaces (an enabled namespace goes with its root, and its indices
+   through the same pipeline); the root storage totals of every root that lost a
+   project are recomputed before it commits.
 
 Every write goes through the catalog's one write path, the bulk API's too
 (``zoekt.catalog``: its row checks, then ``do_bulk_upsert_catalog``), so
@@ -25,10 +27,14 @@ projects or namespaces (above 100 rows) unless told to: a token that sees less t
 all of GitLab must not empty the catalog.
 
 A **delta** sweep (``kind="delta"``, every few minutes from beat) is lighter and removes
-nothing: every group compared with the catalog (what is new, renamed, moved to another
-parent, archived or of another visibility is written: GitLab fires no hook for a group
-transfer, archiving or visibility), then the projects active since the last complete
-sweep began (``last_activity_after``, less ten minutes). What a delta cannot see
+nothing: every group compared with the catalog (what is new, of another display name or
+path, moved to another parent, archived or of another visibility is written: GitLab fires
+no hook for a group transfer, archiving, visibility or a display-name change), then the
+projects active since the last complete sweep began (``last_activity_after``, less ten
+minutes). A project's parent the catalog lacks (a personal namespace created since the
+last full sweep: a delta reads no users) is fetched (``GET /namespaces/:id``) and written
+first, in either kind of sweep. A project GitLab answers ``statistics: null`` for gets no
+statistics row (``rows.statistics_row``). What a delta cannot see
 (deletions, a project changed without activity) the next full sweep, nightly, puts
 right. A delta with no complete sweep before it runs as a full sweep. One process sweeps
 at a time (an advisory lock); another run in the meantime does nothing.
@@ -343,15 +349,16 @@ class _Walker:
             self._write_projects(batch)
 
     def _groups_delta(self) -> None:
-        """Every group, compared with the catalog: what is new or changed (renamed, moved
-        to another parent, archived, visibility) is written. GitLab fires no hook for a
-        group transfer, archiving or visibility; this finds them within one delta."""
+        """Every group, compared with the catalog: what is new or changed (display name,
+        path, moved to another parent, archived, visibility) is written. GitLab fires no
+        hook for a group transfer, archiving, visibility or a display-name change
+        (``group_rename`` is for a path change); this finds them within one delta."""
         listing = self.gl.groups.list(iterator=True, all_available=True, order_by="id", sort="asc")
         stored = {
-            nid: (path, parent, visibility, archived)
-            for nid, path, parent, visibility, archived in Namespace.objects.filter(
+            nid: (name, path, parent, visibility, archived)
+            for nid, name, path, parent, visibility, archived in Namespace.objects.filter(
                 type=Namespace.Type.GROUP
-            ).values_list("id", "path", "parent_id", "visibility_level", "archived")
+            ).values_list("id", "name", "path", "parent_id", "visibility_level", "archived")
         }
         changed = []
         for group in listing:
@@ -360,7 +367,13 @@ class _Walker:
             except rows.Unmappable as exc:
                 self._skip("group", group.attributes.get("id"), str(exc))
                 continue
-            key = (row["path"], row["parent_id"], row["visibility_level"], row["archived"])
+            key = (
+                row["name"],
+                row["path"],
+                row["parent_id"],
+                row["visibility_level"],
+                row["archived"],
+            )
             if stored.get(row["id"]) != key:
                 changed.append(row)
         ordered = _parents_first(changed)
@@ -376,51 +389,37 @@ class _Walker:
         self._projects(since=self.sweep.cursor["since"])
 
     def _removal(self) -> None:
+        """Remove what the catalog holds and this sweep did not see, in one transaction
+        (the catalog's removal, which refreshes the root storage totals it changed)."""
         sweep_id = self.sweep.id
         with transaction.atomic():
             advisory_xact_lock(LockKey.CATALOG_UPSERT)
-            projects_gone = _count(
-                "SELECT count(*) FROM projects p WHERE NOT EXISTS (SELECT 1 FROM "
+            projects_gone = _ids(
+                "SELECT p.id FROM projects p WHERE NOT EXISTS (SELECT 1 FROM "
                 "zoekt_gitlab_seen s WHERE s.kind = %s AND s.object_id = p.id AND s.sweep_id = %s)",
                 [Seen.Kind.PROJECT, sweep_id],
             )
-            namespaces_gone = _count(
-                "SELECT count(*) FROM namespaces n WHERE n.type IN ('Group', 'User') AND NOT "
+            namespaces_gone = _ids(
+                "SELECT n.id FROM namespaces n WHERE n.type IN ('Group', 'User') AND NOT "
                 "EXISTS (SELECT 1 FROM zoekt_gitlab_seen s WHERE s.kind = %s AND "
                 "s.object_id = n.id AND s.sweep_id = %s)",
                 [Seen.Kind.NAMESPACE, sweep_id],
             )
-            self._check_removal("projects", projects_gone, Project.objects.count())
+            self._check_removal("projects", len(projects_gone), Project.objects.count())
             self._check_removal(
                 "namespaces",
-                namespaces_gone,
+                len(namespaces_gone),
                 Namespace.objects.exclude(type=Namespace.Type.PROJECT).count(),
             )
+            removed = catalog.do_remove_catalog_objects(
+                project_ids=projects_gone, namespace_ids=namespaces_gone
+            )
             with connection.cursor() as cursor:
-                cursor.execute(
-                    "DELETE FROM projects p WHERE NOT EXISTS (SELECT 1 FROM zoekt_gitlab_seen s "
-                    "WHERE s.kind = %s AND s.object_id = p.id AND s.sweep_id = %s)",
-                    [Seen.Kind.PROJECT, sweep_id],
-                )
-                removed_projects = cursor.rowcount
-                cursor.execute(
-                    "DELETE FROM namespaces n WHERE n.type IN ('Group', 'User') AND NOT EXISTS "
-                    "(SELECT 1 FROM zoekt_gitlab_seen s WHERE s.kind = %s AND "
-                    "s.object_id = n.id AND s.sweep_id = %s)",
-                    [Seen.Kind.NAMESPACE, sweep_id],
-                )
-                removed_namespaces = cursor.rowcount
-                # The project namespaces of removed projects (and of nothing else).
-                cursor.execute(
-                    "DELETE FROM namespaces n WHERE n.type = 'Project' AND NOT EXISTS "
-                    "(SELECT 1 FROM projects p WHERE p.project_namespace_id = n.id)"
-                )
-                removed_project_namespaces = cursor.rowcount
                 cursor.execute("DELETE FROM zoekt_gitlab_seen WHERE sweep_id <> %s", [sweep_id])
         self.sweep.counts["removed"] = {
-            "projects": removed_projects,
-            "namespaces": removed_namespaces,
-            "project_namespaces": removed_project_namespaces,
+            "projects": removed["projects"],
+            "namespaces": removed["namespaces"],
+            "project_namespaces": removed["project_namespaces"],
         }
         self.save()
         log.info("gitlab_sweep_removed", sweep_id=sweep_id, **self.sweep.counts["removed"])
@@ -453,7 +452,9 @@ class _Walker:
                 continue
             namespace_rows.append(own)
             project_rows.append(project)
-            statistics.append(sizes)
+            if sizes is not None:  # GitLab has no statistics yet: no row (rows.py)
+                statistics.append(sizes)
+        self._write_missing_parents(project_rows)
         drop_unknown_forks(project_rows)
         _ns, written, _stats = self._upsert(namespace_rows, project_rows, statistics, "project")
         _mark_seen(Seen.Kind.PROJECT, [r["id"] for r in written], self.sweep.id)
@@ -462,6 +463,24 @@ class _Walker:
             self.sweep.cursor["project_after"] = entities[-1]["id"]
         self.save()
         self._say("projects")
+
+    def _write_missing_parents(self, project_rows: list[dict]) -> None:
+        """Write the parents the catalog lacks (``GET /namespaces/:id``, and the groups
+        above a group) before their projects: a personal namespace or a group created
+        since the groups and users were read, which a delta never reads at all. A parent
+        GitLab no longer has is left out; its project is then refused and skipped."""
+        wanted = {p["namespace_id"] for p in project_rows}
+        known = set(Namespace.objects.filter(id__in=wanted).values_list("id", flat=True))
+        for namespace_id in sorted(wanted - known):
+            try:
+                missing = missing_namespace_rows(self.gl, namespace_id)
+            except rows.Unmappable as exc:
+                self._skip("namespace", namespace_id, str(exc))
+                continue
+            for kind in ("group", "user"):
+                of_kind = [r for r in missing if r["type"] == kind.capitalize()]
+                self._write_namespaces(of_kind, kind)
+                self.sweep.counts[f"{kind}s"] += len(of_kind)
 
     def _upsert(self, namespace_rows, project_rows, statistics, kind: str):
         """Upsert one batch as the bulk API does (the catalog's row checks, then its
@@ -522,6 +541,38 @@ def bulk_upsert(namespace_rows: list[dict], project_rows: list[dict], statistics
     return catalog.bulk_upsert(namespace_rows, project_rows, statistics)
 
 
+def get_entity(gl: gitlab.Gitlab, path: str, **query) -> dict | None:
+    """The entity at ``path``, or None when GitLab says it is not there (404)."""
+    try:
+        return gl.http_get(path, query_data=query)
+    except gitlab.exceptions.GitlabHttpError as exc:
+        if exc.response_code == 404:
+            return None
+        raise
+
+
+def missing_namespace_rows(gl: gitlab.Gitlab, namespace_id: int) -> list[dict]:
+    """The rows of a namespace the catalog lacks and of the groups above it that it lacks
+    too, parents first: ``GET /namespaces/:id``, then ``GET /groups/:id`` up the chain.
+    Empty when the catalog has it, or when GitLab no longer does (a write of its project
+    is then refused). ``rows.Unmappable`` when GitLab's entity cannot be held."""
+    missing: list[dict] = []
+    current = namespace_id
+    while current is not None and not Namespace.objects.filter(id=current).exists():
+        entity = get_entity(gl, f"/namespaces/{current}")
+        if entity is None:
+            return []
+        if entity.get("kind") == "user":
+            missing.append(rows.user_namespace_row(entity))
+            break
+        group = get_entity(gl, f"/groups/{current}")
+        if group is None:
+            return []
+        missing.append(rows.group_row(group))
+        current = group.get("parent_id")
+    return list(reversed(missing))
+
+
 def _parents_first(namespace_rows: list[dict]) -> list[dict]:
     """Rows ordered so that a parent in the list comes before its children."""
     by_id = {r["id"]: r for r in namespace_rows}
@@ -564,7 +615,7 @@ def _mark_seen(kind: int, ids: Iterable[int], sweep_id: int) -> None:
         )
 
 
-def _count(sql: str, params: list) -> int:
+def _ids(sql: str, params: list) -> list[int]:
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        return cursor.fetchone()[0]
+        return [row[0] for row in cursor.fetchall()]

@@ -10,8 +10,8 @@ REST API is documented to (``../shared/reference/gitlab-integration.md``):
 * ``GET /api/v4/namespaces``: user and group namespaces (``kind``), offset pagination;
   ``GET /api/v4/namespaces/:id``;
 * ``GET /api/v4/projects`` with ``pagination=keyset&order_by=id&sort=asc`` (the next page
-  in the ``Link`` header with ``id_after``; none on the last page), ``statistics=true``,
-  ``last_activity_after``;
+  in the ``Link`` header with ``id_after``; none on the last page), ``statistics=true``
+  (``"statistics": null`` for a project without statistics yet), ``last_activity_after``;
   ``GET /api/v4/projects/:id``.
 
 Offset pages carry ``X-Page``, ``X-Per-Page``, ``X-Next-Page`` and a ``Link`` header;
@@ -20,7 +20,8 @@ made with is a 401. Faults, for the client's retries: every ``rate_limit_every``
 request is a 429 with ``Retry-After``, every ``error_every``-th a 502.
 
 The state is plain data the tests change as GitLab's users would (create, rename,
-transfer, archive, delete); ``requests`` counts what was asked.
+transfer, archive, delete); ``requests`` counts what was asked, and
+``root_storage_statistics()`` gives the root totals GitLab would hold for it.
 """
 
 from __future__ import annotations
@@ -68,6 +69,9 @@ class Project:
     repository_storage: str = "default"
     repository_size: int = 1024 * 1024
     storage_size: int | None = None
+    #: False for a project GitLab has no statistics for yet (computed asynchronously):
+    #: ``statistics=true`` then answers ``"statistics": null``.
+    has_statistics: bool = True
     #: GitLab's ``last_activity_at`` (ISO 8601), which ``last_activity_after`` filters on.
     last_activity_at: str = "2026-01-01T00:00:00+00:00"
 
@@ -157,9 +161,10 @@ class FakeGitLab:
     def namespace_entity(self, namespace_id: int) -> dict:
         full_path, kind, parent_id = self._namespace_path(namespace_id)
         path = full_path.rsplit("/", 1)[-1]
+        group = self.groups.get(namespace_id)
         return {
             "id": namespace_id,
-            "name": path,
+            "name": (group.name if group is not None else None) or path,
             "path": path,
             "kind": kind,
             "full_path": full_path,
@@ -183,15 +188,44 @@ class FakeGitLab:
         }
         if project.forked_from_id is not None and project.forked_from_id in self.projects:
             entity["forked_from_project"] = {"id": project.forked_from_id}
-        if statistics:
+        if statistics and not project.has_statistics:
+            entity["statistics"] = None
+        elif statistics:
             entity["statistics"] = {
                 "commit_count": 1,
                 "repository_size": project.repository_size,
-                "storage_size": project.storage_size or project.repository_size,
+                "storage_size": self.storage_size_of(project),
                 "wiki_size": 0,
                 "lfs_objects_size": 0,
             }
         return entity
+
+    @staticmethod
+    def storage_size_of(project: Project) -> int:
+        """The ``storage_size`` GitLab reports for ``project``."""
+        return project.storage_size or project.repository_size
+
+    def root_of(self, namespace_id: int) -> int:
+        """The top-level group or the personal namespace ``namespace_id`` is under."""
+        while namespace_id in self.groups and self.groups[namespace_id].parent_id is not None:
+            namespace_id = self.groups[namespace_id].parent_id
+        return namespace_id
+
+    def root_storage_statistics(self) -> dict[int, tuple[int, int]]:
+        """Each root's ``(repository_size, storage_size)``: the sums over the projects below
+        it that have statistics (GitLab's ``root_storage_statistics``, these two columns)."""
+        roots = [g.id for g in self.groups.values() if g.parent_id is None] + list(self.users)
+        totals = dict.fromkeys(roots, (0, 0))
+        for project in self.projects.values():
+            if not project.has_statistics:
+                continue
+            root = self.root_of(project.namespace_id)
+            repository, storage = totals[root]
+            totals[root] = (
+                repository + project.repository_size,
+                storage + self.storage_size_of(project),
+            )
+        return totals
 
     # --- WSGI --------------------------------------------------------------------------------
 

@@ -17,6 +17,11 @@ serializer adds only the request's shape) and the GitLab sync
    interleave), then every write in a fixed number of bulk statements, whatever
    the number of rows.
 
+3. **Removal** (``do_remove_catalog_objects``): projects and group or user
+   namespaces deleted by id (what is below them goes by the database's
+   ``ON DELETE`` rules), and the root storage statistics of every root that
+   lost a project refreshed, in the same transaction, under the same lock.
+
 ``bulk_upsert`` runs both for a writer without HTTP. The rows' builders for
 the demo, the replays and the tests are in ``zoekt.catalog_rows`` (no Django
 needed there).
@@ -57,6 +62,7 @@ __all__ = [
     "check_row",
     "check_rows",
     "do_bulk_upsert_catalog",
+    "do_remove_catalog_objects",
     "known_repository_storages",
 ]
 
@@ -886,6 +892,72 @@ class _CatalogBatch:
         )
         updated = sum(1 for row in self.stat_rows if row["project_id"] in self.db_stats)
         return {"created": len(self.stat_rows) - updated, "updated": updated}
+
+
+_REMOVE_PROJECTS_SQL = """
+DELETE FROM projects p
+USING namespaces n
+WHERE p.id = ANY(%(ids)s::bigint[]) AND n.id = p.namespace_id
+RETURNING p.project_namespace_id, n.traversal_ids[1]
+"""
+
+_REMOVE_NAMESPACES_SQL = """
+DELETE FROM namespaces
+WHERE id = ANY(%(ids)s::bigint[]) AND type IN ('Group', 'User')
+RETURNING traversal_ids[1]
+"""
+
+_REMOVE_PROJECT_NAMESPACES_SQL = """
+DELETE FROM namespaces n
+WHERE n.id = ANY(%(ids)s::bigint[]) AND n.type = 'Project'
+  AND NOT EXISTS (SELECT 1 FROM projects p WHERE p.project_namespace_id = n.id)
+"""
+
+
+def do_remove_catalog_objects(
+    *, project_ids: Iterable[int] = (), namespace_ids: Iterable[int] = ()
+) -> dict:
+    """Remove projects and group or user namespaces that the source of truth no longer has.
+
+    One transaction, under the catalog's lock: the projects are deleted with their project
+    namespaces, then the namespaces (a Project namespace id among them is ignored: it goes
+    with its project), and the database's ``ON DELETE`` rules do the rest (a namespace's
+    subgroups and projects, the statistics, a deleted root's enabled namespace; a deleted
+    project's repositories are orphaned for the deletion pipeline). Every remaining root
+    that lost a project gets its ``namespace_root_storage_statistics`` recomputed before
+    the transaction commits, so its totals are the sum of what it still holds. Ids that
+    are not in the catalog are ignored. Returns the counts of what was deleted.
+    """
+    project_ids = sorted(set(project_ids))
+    namespace_ids = sorted(set(namespace_ids))
+    now = clock.now()
+    with transaction.atomic():
+        advisory_xact_lock(LockKey.CATALOG_UPSERT)
+        roots: set[int] = set()
+        removed_projects = removed_namespaces = removed_project_namespaces = 0
+        with connection.cursor() as cursor:
+            if project_ids:
+                cursor.execute(_REMOVE_PROJECTS_SQL, {"ids": project_ids})
+                gone = cursor.fetchall()
+                removed_projects = len(gone)
+                roots |= {root for _pn, root in gone if root is not None}
+                project_namespaces = [pn for pn, _root in gone if pn is not None]
+                if project_namespaces:
+                    cursor.execute(_REMOVE_PROJECT_NAMESPACES_SQL, {"ids": project_namespaces})
+                    removed_project_namespaces = cursor.rowcount
+            if namespace_ids:
+                cursor.execute(_REMOVE_NAMESPACES_SQL, {"ids": namespace_ids})
+                gone_roots = cursor.fetchall()
+                removed_namespaces = len(gone_roots)
+                roots |= {root for (root,) in gone_roots if root is not None}
+        # A root deleted itself is skipped (its totals went with it by cascade).
+        refreshed = _refresh_root_storage_statistics(roots, now)
+    return {
+        "projects": removed_projects,
+        "namespaces": removed_namespaces,
+        "project_namespaces": removed_project_namespaces,
+        "namespace_root_storage_statistics": {"refreshed": refreshed},
+    }
 
 
 _RETRAVERSE_SQL = """

@@ -265,6 +265,46 @@ def test_moving_a_project_to_another_root_moves_its_statistics(api):
     assert root_totals(300) == (1 * GIB, 2 * GIB)
 
 
+def test_a_project_sent_without_statistics_gets_no_statistics_row(api):
+    upsert(
+        api, {"namespaces": [ns(100), ns(101, 100, "Project")], "projects": [project(7, 100, 101)]}
+    )
+    assert not ProjectStatistics.objects.filter(project_id=7).exists()
+    assert root_totals(100) == (0, 0)
+
+
+def test_a_removal_leaves_each_root_the_totals_of_what_remains(api):
+    namespaces = [ns(1), ns(2, 1), ns(3, 2, "Project"), ns(4, 1, "Project")]
+    namespaces += [ns(5, 1, "Project"), ns(9), ns(10, 9, "Project")]
+    projects = [project(30, 2, 3), project(40, 1, 4), project(50, 1, 5), project(90, 9, 10)]
+    sizes = [stats(30, 11, 22), stats(40, 100, 200), stats(50, 1, 2), stats(90, 7, 8)]
+    upsert(api, {"namespaces": namespaces, "projects": projects, "project_statistics": sizes})
+    assert root_totals(1) == (112, 224)
+
+    removed = catalog.do_remove_catalog_objects(project_ids=[40], namespace_ids=[2])
+
+    assert removed == {
+        "projects": 1,
+        "namespaces": 1,
+        "project_namespaces": 1,
+        "namespace_root_storage_statistics": {"refreshed": 1},
+    }
+    assert set(Project.objects.values_list("id", flat=True)) == {50, 90}
+    assert not Namespace.objects.filter(id__in=[2, 3, 4]).exists()
+    assert root_totals(1) == (1, 2)  # what remains: project 50
+    assert root_totals(9) == (7, 8)
+    catalog.do_remove_catalog_objects(namespace_ids=[9])
+    assert not NamespaceRootStorageStatistics.objects.filter(namespace_id=9).exists()
+
+
+def test_a_removal_of_what_the_catalog_lacks_or_of_a_project_namespace_changes_nothing(api):
+    upsert(api, group_batch(100, 2))
+    before = catalog_snapshot()
+    removed = catalog.do_remove_catalog_objects(project_ids=[12_345], namespace_ids=[101, 777])
+    assert removed["projects"] == removed["namespaces"] == removed["project_namespaces"] == 0
+    assert catalog_snapshot() == before
+
+
 def test_a_project_that_is_no_longer_a_fork_loses_its_fork_source(api):
     upsert(api, group_batch(100, 2))
     batch = group_batch(100, 2)

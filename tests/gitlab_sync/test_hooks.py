@@ -13,7 +13,7 @@ from gitlab_sync.models import HookEvent
 from simulator.fakegitlab import FakeGitLab, serve
 from tests.gitlab_sync.test_sweep import TOKEN, catalog, config, expected, fleet_of
 from zoekt import clock
-from zoekt.models import Project
+from zoekt.models import Namespace, Project, ProjectStatistics
 
 pytestmark = pytest.mark.django_db
 
@@ -229,3 +229,75 @@ def test_handled_events_are_pruned_after_a_week_and_pending_ones_never(client):
     HookEvent.objects.filter(id=third.id).update(received_at=old, process_after=old)
     assert hooks.prune() == 2
     assert list(HookEvent.objects.values_list("id", flat=True)) == [third.id]
+
+
+def deliver(client, url, *events) -> dict:
+    for k, body in enumerate(events):
+        assert post(client, body, uuid=f"{body['event_name']}-{k}").status_code == 204
+    return process(url)
+
+
+def test_a_project_without_statistics_gets_no_row_through_its_hook_and_keeps_its_last(
+    client, gitlab, url
+):
+    fleet_of(gitlab, projects=20)
+    sweep.run(config(url))
+    gitlab.add_project(7_100, "no-stats-yet", 101, has_statistics=False)
+    gitlab.projects[1_005].has_statistics = False  # had statistics; GitLab now says null
+    kept = ProjectStatistics.objects.get(project_id=1_005)
+
+    counts = deliver(
+        client,
+        url,
+        {"event_name": "project_create", "project_id": 7_100},
+        {"event_name": "project_update", "project_id": 1_005},
+    )
+
+    assert counts == {"written": 2}
+    assert Project.objects.filter(id=7_100).exists()
+    assert not ProjectStatistics.objects.filter(project_id=7_100).exists()
+    again = ProjectStatistics.objects.get(project_id=1_005)
+    assert (again.repository_size, again.storage_size) == (kept.repository_size, kept.storage_size)
+    gitlab.projects[1_005].has_statistics = True  # what the catalog still holds
+    assert catalog() == expected(gitlab)
+
+
+def test_a_removal_by_a_hook_leaves_each_root_the_totals_of_what_remains(client, gitlab, url):
+    fleet_of(gitlab, projects=300)
+    sweep.run(config(url))
+    doomed = [p for p in gitlab.projects.values() if p.namespace_id == 101]
+    assert len(doomed) == 3 and gitlab.root_of(101) == 100
+    before = catalog()["roots"]
+    gitlab.delete_group(101)  # a subgroup of root 100 with its three projects
+    gone = gitlab.projects.pop(1_110)  # a project of root 105
+    gitlab.projects[1_120].namespace_id = 110  # a project moved to another root
+
+    counts = deliver(
+        client,
+        url,
+        {"event_name": "group_destroy", "group_id": 101},
+        {"event_name": "project_destroy", "project_id": 1_110},
+        {"event_name": "project_transfer", "project_id": 1_120},
+    )
+
+    assert counts == {"removed": 2, "written": 1}
+    assert catalog() == expected(gitlab)  # every root's totals: the sums of what remains
+    after = catalog()["roots"]
+    assert before[100][0] - after[100][0] == sum(p.repository_size for p in doomed)
+    assert before[105][0] - after[105][0] == gone.repository_size
+
+
+def test_a_project_in_a_new_personal_namespace_arrives_with_it_through_its_hook(
+    client, gitlab, url
+):
+    fleet_of(gitlab, projects=10)
+    sweep.run(config(url))
+    gitlab.add_user(90_077, "newcomer")
+    gitlab.add_project(9_000, "first", 90_077, repository_size=4_096)
+
+    assert deliver(client, url, {"event_name": "project_create", "project_id": 9_000}) == {
+        "written": 1
+    }
+    assert Namespace.objects.get(id=90_077).type == Namespace.Type.USER
+    assert catalog() == expected(gitlab)
+    assert catalog()["roots"][90_077] == (4_096, 4_096)

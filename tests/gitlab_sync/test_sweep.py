@@ -11,12 +11,14 @@ from django.test.utils import CaptureQueriesContext
 
 from gitlab_sync import rows, sweep
 from gitlab_sync.models import Seen, Sweep
+from planner.rollout import RolloutService
 from simulator.fakegitlab import FakeGitLab, serve
+from tests.factories import EnabledNamespaceFactory, NodeFactory
 from tests.locking import session_lock_held_elsewhere
 from zoekt.catalog import do_bulk_upsert_catalog
 from zoekt.catalog_rows import group_row, project_rows
 from zoekt.locks import LockKey
-from zoekt.models import Namespace, Project, ProjectStatistics
+from zoekt.models import Namespace, NamespaceRootStorageStatistics, Project, ProjectStatistics
 
 pytestmark = pytest.mark.django_db
 
@@ -25,7 +27,8 @@ TOKEN = "glpat-admin"
 
 def fleet_of(gitlab: FakeGitLab, *, roots: int = 20, subgroups: int = 4, projects: int = 300):
     """``roots`` top-level groups of ``subgroups`` subgroups each (one of them nested one
-    deeper), three users, and ``projects`` projects spread over all of them."""
+    deeper), three users, and ``projects`` projects spread over all of them; every 17th
+    project has no statistics yet (GitLab answers ``statistics: null``)."""
     gid = 100
     homes = []
     for r in range(roots):
@@ -48,6 +51,7 @@ def fleet_of(gitlab: FakeGitLab, *, roots: int = 20, subgroups: int = 4, project
             repository_size=(p % 7 + 1) * 1024 * 1024,
             archived=p % 11 == 0,
             forked_from_id=1_000 + p - 5 if p % 13 == 12 else None,
+            has_statistics=p % 17 != 16,
         )
     return gitlab
 
@@ -69,7 +73,7 @@ def config(url: str, **kw) -> sweep.Config:
 
 def catalog() -> dict:
     groups = {
-        n.id: (n.path, n.parent_id, list(n.traversal_ids), n.visibility_level)
+        n.id: (n.name, n.path, n.parent_id, list(n.traversal_ids), n.visibility_level)
         for n in Namespace.objects.filter(type=Namespace.Type.GROUP)
     }
     users = set(Namespace.objects.filter(type=Namespace.Type.USER).values_list("id", flat=True))
@@ -78,7 +82,11 @@ def catalog() -> dict:
         for p in Project.objects.all()
     }
     sizes = dict(ProjectStatistics.objects.values_list("project_id", "repository_size"))
-    return {"groups": groups, "users": users, "projects": projects, "sizes": sizes}
+    roots = {
+        s.namespace_id: (s.repository_size, s.storage_size)
+        for s in NamespaceRootStorageStatistics.objects.all()
+    }
+    return {"groups": groups, "users": users, "projects": projects, "sizes": sizes, "roots": roots}
 
 
 def expected(gitlab: FakeGitLab) -> dict:
@@ -91,7 +99,13 @@ def expected(gitlab: FakeGitLab) -> dict:
 
     return {
         "groups": {
-            g.id: (g.path, g.parent_id, chain(g.id), rows.VISIBILITY_LEVELS[g.visibility])
+            g.id: (
+                g.name or g.path,
+                g.path,
+                g.parent_id,
+                chain(g.id),
+                rows.VISIBILITY_LEVELS[g.visibility],
+            )
             for g in gitlab.groups.values()
         },
         "users": set(gitlab.users),
@@ -99,7 +113,8 @@ def expected(gitlab: FakeGitLab) -> dict:
             p.id: (p.path, p.namespace_id, rows.project_namespace_id(p.id), p.archived)
             for p in gitlab.projects.values()
         },
-        "sizes": {p.id: p.repository_size for p in gitlab.projects.values()},
+        "sizes": {p.id: p.repository_size for p in gitlab.projects.values() if p.has_statistics},
+        "roots": gitlab.root_storage_statistics(),
     }
 
 
@@ -320,3 +335,112 @@ def test_a_second_process_does_not_sweep_while_one_does(gitlab, url):
         sweep.run(config(url))
     assert Sweep.objects.count() == 0
     assert sweep.run(config(url)).state == Sweep.State.COMPLETE
+
+
+ACTIVE = "2099-01-01T00:00:00+00:00"  # after any delta's ``last_activity_after``
+
+
+def test_a_project_without_statistics_gets_no_row_and_one_that_loses_them_keeps_its_last(
+    gitlab, url
+):
+    fleet_of(gitlab, projects=60)
+    gitlab.add_user(90_050, "newcomer")  # a root whose only project has no statistics
+    gitlab.add_project(6_000, "fresh", 90_050, has_statistics=False, repository_size=5_000)
+    without = {p.id for p in gitlab.projects.values() if not p.has_statistics}
+    assert without == {1_016, 1_033, 1_050, 6_000}
+
+    sweep.run(config(url))
+
+    assert catalog() == expected(gitlab)
+    assert not ProjectStatistics.objects.filter(project_id__in=without).exists()
+    assert ProjectStatistics.objects.count() == len(gitlab.projects) - len(without)
+    # The planner's rule for a project without statistics applies: the root waits.
+    NodeFactory(total_bytes=10**9, used_bytes=0, indexed_bytes=0)
+    EnabledNamespaceFactory(root_namespace=Namespace.objects.get(id=90_050))
+    result = RolloutService().execute(dry_run=True)
+    assert [(s["namespace_id"], s["reason"]) for s in result.summary()["namespaces_skipped"]] == [
+        (90_050, "waiting_for_project_statistics")
+    ]
+
+    # GitLab answers null for a project it had statistics for: the last row is kept.
+    gitlab.projects[1_005].has_statistics = False
+    kept = ProjectStatistics.objects.get(project_id=1_005)
+    sweep.run(config(url))
+    gitlab.projects[1_005].has_statistics = True  # what the catalog still holds
+    assert catalog() == expected(gitlab)
+    again = ProjectStatistics.objects.get(project_id=1_005)
+    assert (again.repository_size, again.storage_size) == (kept.repository_size, kept.storage_size)
+
+
+def test_a_removal_by_the_sweep_leaves_each_root_the_totals_of_what_remains(gitlab, url):
+    fleet_of(gitlab)
+    sweep.run(config(url))
+    assert catalog()["roots"] == expected(gitlab)["roots"]
+    doomed = [p for p in gitlab.projects.values() if p.namespace_id == 101]
+    assert len(doomed) == 3 and gitlab.root_of(101) == 100
+    doomed_bytes = sum(p.repository_size for p in doomed)
+    gitlab.delete_group(101)  # a subgroup of root 100 with its three projects
+    del gitlab.projects[1_110]  # a project of root 105
+    gitlab.projects[1_120].namespace_id = 110  # a project moved to another root
+    gitlab.groups[108].parent_id = 115  # a group moved to another root
+    gitlab.users.pop(90_001)  # a personal namespace, with its projects
+    for project in [p for p in gitlab.projects.values() if p.namespace_id == 90_001]:
+        del gitlab.projects[project.id]
+    before = catalog()["roots"]
+
+    record = sweep.run(config(url))
+
+    assert catalog() == expected(gitlab)  # every root's totals: the sums of what remains
+    assert before[100][0] - catalog()["roots"][100][0] == doomed_bytes
+    assert record.counts["removed"]["namespaces"] == 2
+    assert 90_001 not in catalog()["roots"]  # a removed root's totals go with it
+
+
+def test_a_delta_sweep_follows_a_group_display_name_change(gitlab, url):
+    fleet_of(gitlab, projects=30)
+    sweep.run(config(url))
+    gitlab.groups[102].name = "Platform Team"  # the display name only: the path stays
+    gitlab.groups[100].name = "Acme Corporation"
+
+    delta = sweep.run(config(url), kind="delta")
+
+    assert delta.kind == Sweep.Kind.DELTA and delta.counts["groups"] == 2
+    assert Namespace.objects.get(id=102).name == "Platform Team"
+    assert Namespace.objects.get(id=100).name == "Acme Corporation"
+    assert Namespace.objects.get(id=102).path == "sub-0-1"
+    assert catalog() == expected(gitlab)
+    # Nothing else changed: the next delta writes no group.
+    assert sweep.run(config(url), kind="delta").counts["groups"] == 0
+
+
+def test_a_delta_sweep_writes_a_project_in_a_personal_namespace_created_since_the_full_sweep(
+    gitlab, url
+):
+    fleet_of(gitlab, projects=30)
+    sweep.run(config(url))
+    gitlab.add_user(90_077, "newcomer")
+    gitlab.add_project(9_000, "first", 90_077, repository_size=4_096, last_activity_at=ACTIVE)
+
+    for _ in range(2):  # twice: the second finds both there and changes nothing
+        delta = sweep.run(config(url), kind="delta")
+        assert delta.kind == Sweep.Kind.DELTA and delta.state == Sweep.State.COMPLETE
+        assert delta.counts["skipped"] == 0 and delta.counts["projects"] == 1
+        assert catalog() == expected(gitlab)
+    assert Namespace.objects.get(id=90_077).type == Namespace.Type.USER
+    assert Project.objects.get(id=9_000).namespace_id == 90_077
+    assert catalog()["roots"][90_077] == (4_096, 4_096)
+    assert Namespace.objects.filter(id=90_077).count() == 1
+    # The next full sweep finds the catalog as it should be and removes nothing.
+    record = sweep.run(config(url))
+    assert record.counts["removed"] == {"projects": 0, "namespaces": 0, "project_namespaces": 0}
+    assert catalog() == expected(gitlab)
+
+
+def test_a_delta_sweep_moving_a_group_to_another_root_moves_its_totals(gitlab, url):
+    fleet_of(gitlab, projects=60)
+    sweep.run(config(url))
+    gitlab.groups[103].parent_id = 110  # root 100 to root 110, with its subgroup 104
+
+    sweep.run(config(url), kind="delta")
+
+    assert catalog() == expected(gitlab)
