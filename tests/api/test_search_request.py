@@ -532,6 +532,15 @@ def test_a_body_that_is_not_json_is_refused(admin_client, enabled):  # noqa: F81
     assert list(response.json()["errors"]) == ["body"]
 
 
+def test_a_body_over_4_mib_is_refused_before_it_is_read(admin_client, enabled):  # noqa: F811
+    query = {"query_string": {"query": "x" * (4 * 1024 * 1024)}}
+    before = db_snapshot()
+    response = post(admin_client, enabled.root_namespace_id, {"query": query, "project_ids": [1]})
+    assert response.status_code == 413
+    assert list(response.json()["errors"]) == ["body"]
+    assert db_snapshot() == before
+
+
 def test_get_is_not_allowed(admin_client, enabled):  # noqa: F811
     assert admin_client.get(request_url(enabled.root_namespace_id)).status_code == 405
 
