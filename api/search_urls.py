@@ -1,4 +1,4 @@
-"""Routes of the search-target read API."""
+"""Routes of the search API of one root namespace."""
 
 from django.urls import path
 
@@ -11,8 +11,13 @@ urlpatterns: list = [
         name="zoekt-search-targets",
     ),
     path(
-        "api/v1/namespaces/<int:root_namespace_id>/search_plan",
-        search_views.SearchPlanView.as_view(),
-        name="zoekt-search-plan",
+        "api/v1/namespaces/<int:root_namespace_id>/search_routing",
+        search_views.SearchRoutingView.as_view(),
+        name="zoekt-search-routing",
+    ),
+    path(
+        "api/v1/namespaces/<int:root_namespace_id>/search_request",
+        search_views.SearchRequestView.as_view(),
+        name="zoekt-search-request",
     ),
 ]

@@ -24,6 +24,8 @@ class Reason(enum.StrEnum):
     SEARCH_DISABLED = "search_disabled"
     NO_READY_REPLICA = "no_ready_replica"
     NO_SEARCHABLE_REPLICA = "no_searchable_replica"
+    # Search requests: why a request for some projects has no route (zoekt.search_requests)
+    NO_REQUESTED_PROJECT_SERVED = "no_requested_project_served"
     # Indexing one project (zoekt.scheduling.indexing, zoekt.scheduling.tasks)
     INDEXING_DISABLED = "indexing_disabled"
     PROJECT_NOT_FOUND = "project_not_found"

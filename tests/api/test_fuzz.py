@@ -1,7 +1,8 @@
-"""Generated requests against the node protocol and the catalog API (hypothesis): no 5xx,
-every 4xx in the JSON error shape naming at least one field, and nothing written by a
-request that was refused. ``ZOEKT_FUZZ_EXAMPLES`` sets the examples per endpoint (CI runs
-the fast part; ``make fuzz`` runs 10,000 in all, figures in docs/reliability.md)."""
+"""Generated requests against the node protocol, the catalog API and the search request
+(hypothesis): no 5xx, every 4xx in the JSON error shape naming at least one field, and
+nothing written by a request that was refused. ``ZOEKT_FUZZ_EXAMPLES`` sets the examples
+per endpoint (CI runs the fast part; ``make fuzz`` runs 2,500 per endpoint, figures in
+docs/reliability.md)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from tests.api.helpers import (
     make_repository,
     make_task,
 )
-from zoekt.models import Task
+from zoekt.models import Index, Task
 
 pytestmark = pytest.mark.django_db
 
@@ -155,6 +156,40 @@ def test_generated_catalog_upserts(admin_client, body):
         "/api/v1/catalog/bulk_upsert", data=json.dumps(body), content_type="application/json"
     )
     _check(response, before, "catalog")
+
+
+@FUZZ
+@given(
+    body=st.one_of(
+        mutated(
+            {
+                "query": {"query_string": {"query": "case:no test"}},
+                "project_ids": [1, 2**32, 3],
+                "options": {"timeout": "5s", "node_id": 1},
+            }
+        ),
+        st.fixed_dictionaries(
+            {
+                "query": st.one_of(st.text(max_size=20), JSON),
+                "project_ids": st.lists(JSON, max_size=4),
+                "options": mutated({"timeout": "5s", "num_context_lines": 1, "node_id": 1}),
+            }
+        ),
+        JSON,
+    ),
+)
+def test_generated_search_requests(admin_client, fleet, body):
+    node, _task = fleet
+    root_namespace_id = Index.objects.filter(zoekt_node=node).values_list(
+        "namespace_id", flat=True
+    )[0]
+    before = db_snapshot()
+    response = admin_client.post(
+        f"/api/v1/namespaces/{root_namespace_id}/search_request",
+        data=json.dumps(body),
+        content_type="application/json",
+    )
+    _check(response, before, "search_request")
 
 
 def test_zz_report(capsys):

@@ -14,11 +14,14 @@ def test_the_schema_generates_without_warnings_and_validates(tmp_path):
         "/api/v4/internal/search/zoekt/{uuid}/heartbeat",
         "/api/v4/internal/search/zoekt/{uuid}/callback",
         "/api/v1/namespaces/{root_namespace_id}/search_targets",
+        "/api/v1/namespaces/{root_namespace_id}/search_routing",
+        "/api/v1/namespaces/{root_namespace_id}/search_request",
         "/api/v4/admin/zoekt/shards",
         "/api/v1/catalog/bulk_upsert",
     ):
         assert f"{path}:" in text, path
     assert "Gitlab-Shell-Api-Request" in text
+    assert "/search_plan:" not in text
 
 
 @pytest.mark.django_db

@@ -1,4 +1,4 @@
-"""GET /api/v1/namespaces/<root_namespace_id>/search_plan: the search in GitLab's shapes."""
+"""GET /api/v1/namespaces/<root_namespace_id>/search_routing: the routing view for operators."""
 
 from __future__ import annotations
 
@@ -6,14 +6,14 @@ import pytest
 
 from tests.api.test_search_targets import enabled, ready_replica, search_node  # noqa: F401
 from tests.factories import GroupFactory, ProjectFactory, RepositoryFactory
-from zoekt import search_plans
+from zoekt import search_routing
 from zoekt.models import Namespace, Repository
 
 pytestmark = pytest.mark.django_db
 
 
-def plan_url(namespace_id) -> str:
-    return f"/api/v1/namespaces/{namespace_id}/search_plan"
+def routing_url(namespace_id) -> str:
+    return f"/api/v1/namespaces/{namespace_id}/search_routing"
 
 
 def repository(index, project_namespace_id: int, state=Repository.State.READY) -> Repository:
@@ -24,7 +24,7 @@ def repository(index, project_namespace_id: int, state=Repository.State.READY) -
     return RepositoryFactory(zoekt_index=index, project=project, state=state)
 
 
-def test_a_split_namespace_is_planned_as_gitlab_sends_it(admin_client, enabled):  # noqa: F811
+def test_a_split_namespace_is_shown_node_by_node_with_its_ranges_and_counts(admin_client, enabled):  # noqa: F811
     first, second = search_node("zoekt-a"), search_node("zoekt-b")
     replica = ready_replica(enabled, first, second)
     index_a, index_b = replica.indices.order_by("zoekt_node_id")
@@ -35,7 +35,7 @@ def test_a_split_namespace_is_planned_as_gitlab_sends_it(admin_client, enabled):
     repository(index_a, 1800)
     repository(index_b, 1900, state=Repository.State.PENDING)
 
-    response = admin_client.get(plan_url(enabled.root_namespace_id))
+    response = admin_client.get(routing_url(enabled.root_namespace_id))
 
     assert response.status_code == 200
     body = response.json()
@@ -73,8 +73,8 @@ def test_a_split_namespace_is_planned_as_gitlab_sends_it(admin_client, enabled):
     assert body["targets_omitted"] is None
 
 
-def test_no_target_no_plan(admin_client):
-    body = admin_client.get(plan_url(424242)).json()
+def test_no_target_no_routing(admin_client):
+    body = admin_client.get(routing_url(424242)).json()
     assert body["search_enabled"] is False
     assert body["reason"] == "namespace_not_enabled"
     assert body["forward_to"] == [] and body["proxy"] is None and body["targets"] == {}
@@ -84,12 +84,18 @@ def test_over_gitlabs_cap_the_targets_map_is_left_out(admin_client, enabled, mon
     index = ready_replica(enabled, search_node("zoekt-a")).indices.get()
     for pn in range(601, 605):
         repository(index, pn)
-    monkeypatch.setattr(search_plans, "MAX_TARGET_PROJECTS", 3)
-    body = admin_client.get(plan_url(enabled.root_namespace_id)).json()
+    monkeypatch.setattr(search_routing, "MAX_TARGET_PROJECTS", 3)
+    body = admin_client.get(routing_url(enabled.root_namespace_id)).json()
     assert body["targets"] is None
     assert body["targets_omitted"] == "more than 3 projects (4)"
     assert body["forward_to"][0]["projects"] == 4
 
 
 def test_anonymous_callers_are_refused(client):
-    assert client.get(plan_url(1)).status_code == 401
+    assert client.get(routing_url(1)).status_code == 401
+
+
+def test_the_old_search_plan_path_is_gone(admin_client):
+    response = admin_client.get("/api/v1/namespaces/1/search_plan")
+    assert response.status_code == 404
+    assert list(response.json()["errors"]) == ["path"]
