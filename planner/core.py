@@ -459,10 +459,7 @@ class _Run(MemoryDimension):
         last_rlim: int | float = INF
         last_open = last_mopen = last_req = last_to = last_r = opened = 0
         for k in range(stop):
-            try:
-                size = sizes[k]
-            except IndexError:  # Scaled lazily: the first size only, until now.
-                size = self._scale_rest(data)[k]
+            size = sizes[k]
             if opened >= cap:
                 self._index_limit(ns_plan, replica_idx)
                 stop = k
@@ -482,6 +479,8 @@ class _Run(MemoryDimension):
                     if position < 0:
                         position, warning = fit.choose(ns_plan, replica_idx, opened, data, k)
                         if position is None:
+                            if k == 0:
+                                self._scale_rest(data)
                             continue
                     if self.log is not None:
                         cause = memory and fit.cause(bound, last, last_req + size, last_open)
@@ -496,11 +495,12 @@ class _Run(MemoryDimension):
                         last_lim, last_rlim, last_mopen = fit.limits(position, last_max)
                     else:
                         last_lim = last_max
-                    if k == 0 and cap > 1 and total <= last_lim:
-                        # Everything fits the first index: all join it, as one by one.
-                        last_req = total
-                        last_to = pnids[-1]
-                        break
+                    if k == 0:
+                        if cap > 1 and total <= last_lim:
+                            # Everything fits the first index: all join it, as one by one.
+                            last_req, last_to = total, pnids[-1]
+                            break
+                        self._scale_rest(data)
                     last_req = last_r = 0
             # Joins the last index (the fit test comes before any node search).
             last_req += size
@@ -512,12 +512,14 @@ class _Run(MemoryDimension):
         ns_plan.replicas.append(ReplicaPlan(indices))
         return stop
 
-    def _scale_rest(self, data: tuple) -> list[int]:
-        """The scaled sizes of ``data`` completed in place past those scaled so far
-        (``_plan_projects`` scales the first only, for the disk rule)."""
-        sizes, num = data[2], self.factor[0]
-        sizes[:] = [r * num for r in data[5]]
-        return sizes
+    def _scale_rest(self, data: tuple) -> None:
+        """Every scaled size of ``data``, in place, when only the first is there yet
+        (``_plan_projects`` scales the first only, for the disk rule): the replica
+        goes past its first project."""
+        sizes = data[2]
+        if len(sizes) < len(data[5]):
+            num = self.factor[0]
+            sizes[:] = [r * num for r in data[5]]
 
     def _index_limit(self, ns_plan: NamespacePlan, replica_idx: int) -> None:
         """The replica reached the index cap: GitLab's error, the rest of it unplanned."""
