@@ -19,7 +19,7 @@ from rest_framework import serializers
 
 from api.errors import flatten_errors
 from api.serializers import StrictSerializer
-from zoekt import catalog
+from zoekt import catalog, shutdowns
 from zoekt.models import Namespace, ProjectFeature
 
 MAX_INT = 2**31 - 1
@@ -273,3 +273,63 @@ class CatalogBulkUpsertResultSerializer(serializers.Serializer):
     projects = CatalogTableCountsSerializer()
     project_statistics = CatalogTableCountsSerializer()
     namespace_root_storage_statistics = CatalogRootStatisticsCountsSerializer()
+
+
+# --- node shutdown records (docs/operations.md) --------------------------------------------------
+
+
+class NodeShutdownRequestSerializer(StrictSerializer):
+    """``PUT /api/v1/nodes/:id/shutdown``: the request's shape (``zoekt.shutdowns`` checks
+    the rest: only ``restart`` can be requested today)."""
+
+    type = serializers.ChoiceField(
+        choices=["restart", "remove", "replace"],
+        help_text="`restart` (the node comes back with its data). `remove` and `replace` "
+        "are not available yet: a 400 says so.",
+    )
+    reason = serializers.CharField(
+        max_length=2000, help_text="Why, for the record (an upgrade, a host reboot)."
+    )
+    allowed_delay = serializers.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=shutdowns.MAX_ALLOWED_DELAY_SECONDS,
+        help_text="Seconds the node is left alone while it restarts; default the setting "
+        "`zoekt_node_restart_delay_seconds` (1800).",
+    )
+
+
+class NodeShutdownSerializer(serializers.Serializer):
+    """A node shutdown record, with its computed fields."""
+
+    id = serializers.IntegerField()
+    node_id = serializers.IntegerField()
+    node_name = serializers.CharField()
+    type = serializers.ChoiceField(choices=["restart", "remove", "replace"])
+    reason = serializers.CharField()
+    requested_by = serializers.CharField()
+    requested_at = serializers.DateTimeField()
+    allowed_delay_seconds = serializers.IntegerField(allow_null=True)
+    delay_expires_at = serializers.DateTimeField(allow_null=True)
+    delay_seconds_left = serializers.IntegerField(
+        allow_null=True, help_text="Seconds left of a live restart's allowed delay."
+    )
+    target_node_id = serializers.IntegerField(allow_null=True)
+    status = serializers.ChoiceField(choices=["in_progress", "stalled", "complete", "cancelled"])
+    status_reason = serializers.CharField(
+        allow_null=True,
+        help_text="How it completed (`node_returned`, `restart_delay_expired`, "
+        "`node_never_left`, `shutdown_node_deleted`) or why it is stalled.",
+    )
+    node_exists = serializers.BooleanField(help_text="False once the node row is deleted.")
+    node_online = serializers.BooleanField(help_text="The node heartbeated in the last 30 s.")
+    node_left_at = serializers.DateTimeField(
+        allow_null=True, help_text="The node's last heartbeat before it was seen away."
+    )
+    node_returned_at = serializers.DateTimeField(
+        allow_null=True, help_text="Its first heartbeat after that."
+    )
+    completed_at = serializers.DateTimeField(allow_null=True)
+    cancelled_at = serializers.DateTimeField(allow_null=True)
+    cancelled_by = serializers.CharField(allow_null=True)
+    details = serializers.JSONField()

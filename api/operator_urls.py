@@ -1,4 +1,5 @@
-"""Routes of the operator API (GitLab's admin endpoints and the catalog bulk upsert)."""
+"""Routes of the operator API (GitLab's admin endpoints, the catalog bulk upsert and the
+node shutdown records)."""
 
 from django.urls import path
 
@@ -26,6 +27,11 @@ urlpatterns = [
         "api/v4/admin/zoekt/shards/<int:node_id>/indexed_namespaces/<int:namespace_id>",
         views.IndexedNamespaceView.as_view(),
         name="zoekt-admin-indexed-namespace",
+    ),
+    path(
+        "api/v1/nodes/<int:node_id>/shutdown",
+        views.NodeShutdownView.as_view(),
+        name="node-shutdown",
     ),
     path(
         "api/v1/catalog/bulk_upsert",

@@ -26,7 +26,7 @@ from rest_framework.views import APIView
 
 from api import operator_serializers as s
 from api.errors import PayloadTooLarge
-from zoekt import app_settings, catalog, operator_actions
+from zoekt import app_settings, catalog, operator_actions, shutdowns
 from zoekt.logging import get_logger
 from zoekt.models import EnabledNamespace, Index, Node
 
@@ -491,3 +491,143 @@ class CatalogBulkUpsertView(OperatorAPIView):
         )
         log.info("catalog_bulk_upsert", user=request.user.username, **result)
         return Response(result)
+
+
+# --- PUT/GET/DELETE /api/v1/nodes/:node_id/shutdown ----------------------------------------------
+
+
+class ShutdownConflict(exceptions.APIException):
+    status_code = status.HTTP_409_CONFLICT
+    default_detail = "The node already has a live shutdown record."
+    default_code = "conflict"
+
+
+SHUTDOWN_EXAMPLE = {
+    "id": 7,
+    "node_id": 3,
+    "node_name": "gitlab-zoekt-2",
+    "type": "restart",
+    "reason": "Zoekt 1.18 upgrade (StatefulSet rolling update)",
+    "requested_by": "ops-alice",
+    "requested_at": "2026-12-04T10:00:00Z",
+    "allowed_delay_seconds": 1800,
+    "delay_expires_at": "2026-12-04T10:30:00Z",
+    "delay_seconds_left": 1500,
+    "target_node_id": None,
+    "status": "in_progress",
+    "status_reason": None,
+    "node_exists": True,
+    "node_online": False,
+    "node_left_at": "2026-12-04T10:01:10Z",
+    "node_returned_at": None,
+    "completed_at": None,
+    "cancelled_at": None,
+    "cancelled_by": None,
+    "details": {},
+}
+NODE_ID_PARAMETER = OpenApiParameter(
+    "node_id", OpenApiTypes.INT, OpenApiParameter.PATH, description="The node's id."
+)
+
+
+class NodeShutdownView(OperatorAPIView):
+    """Elasticsearch's node shutdown API for a Zoekt node (docs/operations.md)."""
+
+    def handle_exception(self, exc):
+        if isinstance(exc, shutdowns.Conflict):
+            exc = ShutdownConflict({exc.field: [exc.message]})
+        return super().handle_exception(exc)
+
+    @extend_schema(
+        operation_id="node_shutdown_request",
+        summary="Request a node's restart (Elasticsearch's node shutdown shape)",
+        description=(
+            "Records a shutdown request for the node and answers the record. `restart`: for "
+            "`allowed_delay` seconds (default the setting `zoekt_node_restart_delay_seconds`, "
+            "1800) the node keeps every index: it is not handled as lost, not re-indexed, "
+            "gets no new placement and no eviction or move, and search prefers other copies "
+            "of each range. The record completes by itself when the node heartbeats again "
+            "after being away with its indexed bytes agreeing with its ready indices "
+            "(`node_returned`), or when the delay passes (`restart_delay_expired`: today's "
+            "lost-node handling applies again; `node_never_left`). `remove` and `replace` are "
+            "not available yet (400 naming `type`). One live record per node: a second "
+            "request is a 409 naming `node_id` until the first completes or is cancelled."
+        ),
+        tags=TAG_ADMIN,
+        parameters=[NODE_ID_PARAMETER],
+        request=s.NodeShutdownRequestSerializer,
+        responses={
+            201: s.NodeShutdownSerializer,
+            400: _error("Bad input, naming the field (`type`, `reason`, `allowed_delay`)"),
+            **COMMON_ERRORS,
+            404: _error("No such node"),
+            409: _error("The node already has a live shutdown record"),
+        },
+        examples=[
+            OpenApiExample(
+                "Restart for an upgrade",
+                value={"type": "restart", "reason": "Zoekt 1.18 upgrade", "allowed_delay": 1800},
+                request_only=True,
+            ),
+            OpenApiExample(
+                "Recorded", value=SHUTDOWN_EXAMPLE, response_only=True, status_codes=["201"]
+            ),
+        ],
+    )
+    def put(self, request, node_id: int):
+        serializer = s.NodeShutdownRequestSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        record = shutdowns.do_request_node_shutdown(
+            node_id,
+            type=data["type"],
+            reason=data["reason"],
+            requested_by=request.user.username,
+            allowed_delay=data.get("allowed_delay"),
+        )
+        return Response(shutdowns.describe(record), status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        operation_id="node_shutdown_status",
+        summary="A node's shutdown record: the live one, else the latest",
+        description=(
+            "The record with its computed fields: `delay_seconds_left` of a live restart, "
+            "`node_online` (a heartbeat in the last 30 s). 404 when the node has none."
+        ),
+        tags=TAG_ADMIN,
+        parameters=[NODE_ID_PARAMETER],
+        responses={
+            200: s.NodeShutdownSerializer,
+            **COMMON_ERRORS,
+            404: _error("No shutdown record for this node"),
+        },
+        examples=[
+            OpenApiExample(
+                "Restarting", value=SHUTDOWN_EXAMPLE, response_only=True, status_codes=["200"]
+            )
+        ],
+    )
+    def get(self, request, node_id: int):
+        record = shutdowns.current_record(node_id)
+        if record is None:
+            raise exceptions.NotFound({"node_id": [f"node {node_id} has no shutdown record."]})
+        return Response(shutdowns.describe(record))
+
+    @extend_schema(
+        operation_id="node_shutdown_cancel",
+        summary="Cancel a node's live shutdown record",
+        description=(
+            "The live record becomes `cancelled`, with the operator's name and the time; the "
+            "node is under the usual rules again at once. 404 when no record is live."
+        ),
+        tags=TAG_ADMIN,
+        parameters=[NODE_ID_PARAMETER],
+        responses={
+            200: s.NodeShutdownSerializer,
+            **COMMON_ERRORS,
+            404: _error("No such node, or no live shutdown record"),
+        },
+    )
+    def delete(self, request, node_id: int):
+        record = shutdowns.do_cancel_node_shutdown(node_id, cancelled_by=request.user.username)
+        return Response(shutdowns.describe(record))

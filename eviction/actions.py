@@ -109,7 +109,8 @@ def run_node_level(*, now: datetime | None = None) -> dict[str, Any]:
     settings = app_settings.current()
     rules = policy_from_settings(settings)
     end_cooldowns(now=now)
-    online = Node.objects.for_search().online(now)
+    # A node being restarted is neither evicted from nor a target (docs/operations.md).
+    online = Node.objects.for_search().online(now).not_in_restart(now)
     hot = list(online.high_watermark_exceeded().order_by("id"))
     if not hot:
         return {"skipped": Reason.CONDITION_NOT_MET, "nodes_over_high_watermark": 0}
@@ -150,6 +151,7 @@ def run_index_watermark(*, now: datetime | None = None) -> dict[str, Any]:
     critical = index_rows(
         Index.objects.should_be_pending_eviction()
         .exclude(id__in=_moving_index_ids())
+        .exclude(zoekt_node__in=Node.objects.in_restart(now))
         .order_by("id")[:PENDING_EVICTION_BATCH_SIZE]
     )
     if not critical:
@@ -172,6 +174,7 @@ def run_negative_unclaimed(node_ids: list[int], *, now: datetime | None = None) 
     nodes = list(
         Node.objects.for_search()
         .filter(id__in=node_ids)
+        .not_in_restart(now)
         .negative_unclaimed_storage_bytes()
         .order_by("id")
     )

@@ -240,7 +240,8 @@ def choose_target(
     over only because it builds ``zoekt_move_max_per_target`` replacements already
     (``busy``): then the move waits rather than gives up.
 
-    Candidates: online search nodes, not cooling down, holding no index of the
+    Candidates: online search nodes, not cooling down, not being restarted
+    (``Node.objects.in_restart``, docs/operations.md), holding no index of the
     namespace (the source included), and, while memory planning is on, not over
     the high memory watermark and with the memory for it (``_memory_room``).
     Headroom is real disk: the node's used bytes, plus the
@@ -262,6 +263,7 @@ def choose_target(
         Node.objects.for_search()
         .online(now)
         .not_in_eviction_cooldown(now)
+        .not_in_restart(now)
         .exclude(id__in=holding)
         .filter(total_bytes__gt=0)
     )
@@ -308,14 +310,21 @@ def planned_target(
     move: Move, index: Index, *, now: datetime, busy: set[int] = frozenset()
 ) -> tuple[Node | None, bool]:
     """A re-split's carve (or a memory-pressure move) goes to the node its plan chose,
-    while that node is online for search and holds no index of the namespace (the plan
-    checked its disk and memory)."""
+    while that node is online for search, is not being restarted and holds no index of
+    the namespace (the plan checked its disk and memory)."""
     carve = move.details.get("carve")
     node_id = carve["node_id"] if carve else move.details["planned_target_node_id"]
     holding = Index.objects.filter(
         zoekt_enabled_namespace_id=index.zoekt_enabled_namespace_id
     ).values("zoekt_node_id")
-    node = Node.objects.for_search().online(now).exclude(id__in=holding).filter(id=node_id).first()
+    node = (
+        Node.objects.for_search()
+        .online(now)
+        .not_in_restart(now)
+        .exclude(id__in=holding)
+        .filter(id=node_id)
+        .first()
+    )
     if node is not None and node.id in busy:
         return None, True
     return node, False

@@ -190,13 +190,16 @@ def plan_resplit(
     home = (
         Node.objects.for_search()
         .online(now)
+        .not_in_restart(now)
         .with_unclaimed_storage_bytes()
         .filter(id=source.zoekt_node_id)
         .values_list("id", "annotated_unclaimed_storage_bytes", "metadata", "total_bytes")
         .first()
     )
     if home is None:
-        raise ResplitError(f"the index's node {source.zoekt_node_id} is not online for search")
+        raise ResplitError(
+            f"the index's node {source.zoekt_node_id} is not online for search, or is restarting"
+        )
     # The source's node takes part as if the index were not there: its reservation back.
     nodes.append(
         SelectedNode(

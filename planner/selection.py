@@ -34,7 +34,9 @@ GitLab's ``SelectionService``, at the database edge of the planner:
   in its eviction cooldown (``Node.eviction_cooldown_until`` in the future,
   docs/eviction.md) takes no new index either: it is listed in
   ``cooling_excluded`` (reason ``node_eviction_cooldown``), so a node that
-  just evicted is not handed its namespaces straight back.
+  just evicted is not handed its namespaces straight back. A node an operator
+  is restarting, within its allowed delay (``Node.objects.in_restart``,
+  docs/operations.md), is no candidate either (in the same query).
 
 The two lists form the *resource pool* the loader turns into a scenario.
 The cost is two queries per 5,000 enabled namespaces walked plus one for the
@@ -255,12 +257,17 @@ class SelectionService:
         While memory planning is on, nodes at or over the high memory
         watermark are left out (and recorded in ``memory_excluded``).
         """
-        rows = Node.objects.available_for_search_indexing(self.now).values_list(
-            "id",
-            "annotated_unclaimed_storage_bytes",
-            "metadata",
-            "eviction_cooldown_until",
-            "total_bytes",
+        # A node an operator is restarting takes nothing new (docs/operations.md).
+        rows = (
+            Node.objects.available_for_search_indexing(self.now)
+            .not_in_restart(self.now)
+            .values_list(
+                "id",
+                "annotated_unclaimed_storage_bytes",
+                "metadata",
+                "eviction_cooldown_until",
+                "total_bytes",
+            )
         )
         configured = self.settings.node_memory_budget_bytes
         self.memory_excluded = []

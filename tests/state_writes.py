@@ -2,7 +2,8 @@
 
 ``state_writes(root)`` parses every module of the product's packages under
 ``root`` (migrations left out) and returns each place that writes the
-``state`` of an ``Index``, a ``Repository`` or a ``Move``:
+``state`` of an ``Index``, a ``Repository`` or a ``Move`` (or the ``status`` of a
+``NodeShutdown``, when the value written names one: ``NodeShutdown.Status.COMPLETE``):
 
 * a call that writes rows with a ``state=`` keyword (``update``, ``create``,
   ``update_or_create``, ``get_or_create``, a model's constructor), or with
@@ -32,6 +33,10 @@ PACKAGES = ("zoekt", "planner", "eviction", "api", "gitlab_sync", "dashboard")
 
 #: The state machines the rule covers, and the state each is born in.
 MACHINES = {"Index": "PENDING", "Repository": "PENDING", "Move": "PLANNED"}
+#: Machines whose column is ``status`` (``<Machine>.Status.<X>``), and the status each is born
+#: in. A write is reported only when its value names one of them (the reader does not guess
+#: which model an unnamed ``status`` belongs to).
+STATUS_MACHINES = {"NodeShutdown": "IN_PROGRESS"}
 
 #: Methods that write rows (reads such as ``filter(state=...)`` are not writes).
 WRITE_METHODS = frozenset({"update", "create", "update_or_create", "get_or_create"})
@@ -49,14 +54,15 @@ class StateWrite:
     code: str
 
 
-def _states_named(node: ast.AST) -> list[tuple[str, str]]:
-    """``[(machine, state)]`` for every ``<Machine>.State.<STATE>`` inside ``node``."""
+def _states_named(node: ast.AST, enum: str = "State") -> list[tuple[str, str]]:
+    """``[(machine, state)]`` for every ``<Machine>.State.<STATE>`` inside ``node``
+    (``<Machine>.Status.<STATUS>`` with ``enum="Status"``)."""
     found = []
     for sub in ast.walk(node):
         if (
             isinstance(sub, ast.Attribute)
             and isinstance(sub.value, ast.Attribute)
-            and sub.value.attr == "State"
+            and sub.value.attr == enum
             and isinstance(sub.value.value, ast.Name)
         ):
             found.append((sub.value.value.id, sub.attr))
@@ -85,44 +91,48 @@ def _call_name(call: ast.Call) -> str | None:
     return None
 
 
-def _written_state(call: ast.Call) -> ast.AST | None:
+def _written_state(call: ast.Call, field: str = "state") -> ast.AST | None:
     for keyword in call.keywords:
-        if keyword.arg == "state":
+        if keyword.arg == field:
             return keyword.value
         if keyword.arg == "defaults" and isinstance(keyword.value, ast.Dict):
             for key, value in zip(keyword.value.keys, keyword.value.values, strict=True):
-                if isinstance(key, ast.Constant) and key.value == "state":
+                if isinstance(key, ast.Constant) and key.value == field:
                     return value
     return None
 
 
-def _writes(tree: ast.AST):
+def _writes(tree: ast.AST, field: str = "state"):
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
             name = _call_name(node)
             if name == "setattr" and len(node.args) == 3:
                 attr = node.args[1]
-                if isinstance(attr, ast.Constant) and attr.value == "state":
+                if isinstance(attr, ast.Constant) and attr.value == field:
                     yield node, node.args[2], False
                 continue
             if name == "bulk_update" and any(
-                isinstance(sub, ast.Constant) and sub.value == "state"
+                isinstance(sub, ast.Constant) and sub.value == field
                 for arg in [*node.args[1:], *(k.value for k in node.keywords)]
                 for sub in ast.walk(arg)
             ):
                 yield node, ast.Name("state"), False  # the values are on the rows: unplaced
                 continue
-            if name not in WRITE_METHODS and name not in MACHINES:
+            if name not in WRITE_METHODS and name not in MACHINES and name not in STATUS_MACHINES:
                 continue
-            value = _written_state(node)
+            value = _written_state(node, field)
             if value is not None:
-                yield node, value, name in CREATE_METHODS or name in MACHINES
+                yield (
+                    node,
+                    value,
+                    name in CREATE_METHODS or name in MACHINES or name in STATUS_MACHINES,
+                )
         elif isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             if node.value is None:
                 continue
             for target in targets:
-                if isinstance(target, ast.Attribute) and target.attr == "state":
+                if isinstance(target, ast.Attribute) and target.attr == field:
                     yield node, node.value, False
 
 
@@ -144,4 +154,21 @@ def state_writes(root: Path, packages=PACKAGES) -> list[StateWrite]:
                     continue  # born in its initial state
                 code = ast.get_source_segment(source, node) or ""
                 out.append(StateWrite(module, node.lineno, machine, code.splitlines()[0]))
+            out.extend(_status_writes(module, source))
     return sorted(out)
+
+
+def _status_writes(module: str, source: str) -> list[StateWrite]:
+    """Writes of a ``status`` machine's status that name one of its values
+    (``NodeShutdown.Status.COMPLETE``); a record born in its first status is not one."""
+    out = []
+    for node, value, creates in _writes(ast.parse(source), field="status"):
+        named = [(m, s) for m, s in _states_named(value, "Status") if m in STATUS_MACHINES]
+        if not named:
+            continue
+        machine, status = named[0]
+        if creates and len(named) == 1 and status == STATUS_MACHINES[machine]:
+            continue  # born in its first status
+        code = ast.get_source_segment(source, node) or ""
+        out.append(StateWrite(module, node.lineno, machine, code.splitlines()[0]))
+    return out

@@ -1,7 +1,8 @@
 """Each state machine has one owner: nothing else writes its state (tests.state_writes).
 
 An index's and a repository's state change only through ``zoekt.transitions``,
-a move's only through its transition table on the model (``Move.transition``).
+a move's only through its transition table on the model (``Move.transition``),
+a node shutdown record's status only through ``NodeShutdown.transition``.
 The first tests read the real source; the rest feed the reader synthetic
 modules, so a direct write is seen to fail the rule.
 """
@@ -23,6 +24,7 @@ OWNERS = {
     "Index": {"zoekt.transitions"},
     "Repository": {"zoekt.transitions"},
     "Move": {"zoekt.models"},
+    "NodeShutdown": {"zoekt.models"},
     "?": {"zoekt.transitions", "zoekt.models"},
 }
 
@@ -87,6 +89,21 @@ def _tree(tmp_path: Path, source: str, module: str = "eviction/somewhere.py") ->
         pytest.param("rows.update(state=state)", "?", id="a state the reader cannot place"),
         pytest.param("move.state = state", "?", id="an assignment of a variable"),
         pytest.param('Index.objects.bulk_update(rows, ["state"])', "?", id="a bulk_update"),
+        pytest.param(
+            "NodeShutdown.objects.filter(id=1).update(status=NodeShutdown.Status.COMPLETE)",
+            "NodeShutdown",
+            id="a shutdown record's bulk update",
+        ),
+        pytest.param(
+            "record.status = NodeShutdown.Status.CANCELLED",
+            "NodeShutdown",
+            id="a shutdown record's assignment",
+        ),
+        pytest.param(
+            "NodeShutdown.objects.create(status=NodeShutdown.Status.STALLED)",
+            "NodeShutdown",
+            id="a shutdown record created not in progress",
+        ),
     ],
 )
 def test_a_direct_write_outside_the_owner_is_found(tmp_path, source, machine):
@@ -105,6 +122,11 @@ def test_a_direct_write_outside_the_owner_is_found(tmp_path, source, machine):
         pytest.param("Move.objects.create(state=Move.State.PLANNED)", id="born planned"),
         pytest.param("Task.objects.update(state=Task.State.DONE)", id="a task's state"),
         pytest.param("sweep.state = Sweep.State.FAILED", id="a sweep's state"),
+        pytest.param(
+            "NodeShutdown.objects.create(status=NodeShutdown.Status.IN_PROGRESS)",
+            id="a shutdown record born in progress",
+        ),
+        pytest.param("Response(body, status=409)", id="a reply's status"),
         pytest.param("x = index.state == Index.State.READY", id="a comparison"),
     ],
 )

@@ -23,7 +23,7 @@ from django.db import connection, transaction
 from django.db.models import DateTimeField, Exists, F, OuterRef, Q, Value
 from django.db.models.functions import Greatest
 
-from zoekt import app_settings, capacity, clock, hooks, locks, transitions
+from zoekt import app_settings, capacity, clock, hooks, locks, shutdowns, transitions
 from zoekt.logging import get_logger
 from zoekt.models import HandledTaskFailure, Index, Node, Replica, Repository, Task
 
@@ -186,7 +186,12 @@ def do_heartbeat(node_uuid: uuid.UUID, data: dict) -> HeartbeatReply:
     from zoekt import protocol
 
     settings_now = app_settings.current()
+    # A node being restarted: read its previous heartbeat before this one is written, so
+    # the record can tell that it went away and came back (zoekt.shutdowns).
+    restarting = shutdowns.live_restart_before_heartbeat(node_uuid)
     result = do_record_heartbeat(node_uuid, data)
+    if restarting is not None:
+        shutdowns.do_observe_node_heartbeat(*restarting)
     limit = capacity.concurrency_limit(
         result.metadata.get("concurrency"),
         result.metadata.get("concurrency_override"),

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db.models import Case, Count, F, FloatField, Q, Value, When
@@ -34,7 +34,7 @@ from django.shortcuts import redirect
 from django.urls import reverse
 from django.utils.html import format_html
 
-from zoekt import app_settings, capacity, memory
+from zoekt import app_settings, capacity, memory, shutdowns
 from zoekt.capacity import NodeWatermark
 from zoekt.models import (
     ApplicationSetting,
@@ -45,6 +45,7 @@ from zoekt.models import (
     Namespace,
     NamespaceRootStorageStatistics,
     Node,
+    NodeShutdown,
     Project,
     ProjectFeature,
     ProjectStatistics,
@@ -389,6 +390,7 @@ class NodeAdmin(SaveChangedFieldsMixin, admin.ModelAdmin):
     list_filter = (OnlineFilter, DiskWatermarkFilter, "schema_version")
     search_fields = ("uuid", "metadata__name", "index_base_url", "search_base_url")
     ordering = ("id",)
+    actions = ("request_restart", "cancel_shutdown")
     fieldsets = (
         (
             "Identity",
@@ -483,6 +485,41 @@ class NodeAdmin(SaveChangedFieldsMixin, admin.ModelAdmin):
 
     def has_add_permission(self, request):
         return False  # nodes register themselves with their first heartbeat
+
+    @admin.action(description="Request a restart (kept for the default delay)")
+    def request_restart(self, request, queryset):
+        """A restart record per selected node, by the signed-in operator (docs/operations.md)."""
+        self._each(
+            request,
+            queryset,
+            "restart requested",
+            lambda node: shutdowns.do_request_node_shutdown(
+                node.id,
+                type="restart",
+                reason="requested from the admin",
+                requested_by=request.user.get_username(),
+            ),
+        )
+
+    @admin.action(description="Cancel the live shutdown record")
+    def cancel_shutdown(self, request, queryset):
+        self._each(
+            request,
+            queryset,
+            "shutdown cancelled",
+            lambda node: shutdowns.do_cancel_node_shutdown(
+                node.id, cancelled_by=request.user.get_username()
+            ),
+        )
+
+    def _each(self, request, queryset, done: str, call) -> None:
+        for node in queryset.order_by("id"):
+            try:
+                call(node)
+            except shutdowns.OperatorError as error:
+                self.message_user(request, f"{node.name}: {error}", messages.WARNING)
+            else:
+                self.message_user(request, f"{node.name}: {done}", messages.SUCCESS)
 
     def get_queryset(self, request):
         return (
@@ -632,6 +669,29 @@ class EnabledNamespaceForm(forms.ModelForm):
             override.validators.append(MinValueValidator(1))
             override.widget.attrs["min"] = 1
             override.help_text = "Leave blank to use the default number of replicas setting."
+
+
+@admin.register(NodeShutdown)
+class NodeShutdownAdmin(ViewOnlyMixin, admin.ModelAdmin):
+    """Node shutdown records, live and past (docs/operations.md); requested and cancelled
+    from the nodes' actions, the API or ``manage.py zoekt_node``."""
+
+    list_display = (
+        "id",
+        "node_name",
+        "node_ref",
+        "type",
+        "status",
+        "status_reason",
+        "requested_by",
+        "requested_at",
+        "delay_expires_at",
+        "completed_at",
+        "cancelled_by",
+    )
+    list_filter = ("status", "type")
+    search_fields = ("node_name", "requested_by", "reason")
+    ordering = ("-requested_at", "-id")
 
 
 @admin.register(EnabledNamespace)
@@ -966,7 +1026,10 @@ SETTINGS_FIELDSETS = (
             )
         },
     ),
-    ("Lost nodes", {"fields": ("zoekt_lost_node_threshold",)}),
+    (
+        "Lost nodes",
+        {"fields": ("zoekt_lost_node_threshold", "zoekt_node_restart_delay_seconds")},
+    ),
     ("Record", {"fields": ("updated_at",)}),
 )
 SETTINGS_FIELDS = tuple(

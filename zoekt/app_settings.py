@@ -113,6 +113,8 @@ class ZoektSettings:
     memory_auto_calibration: bool = False
     # Placement (docs/planner.md): balanced, the product's default, or GitLab's first fit.
     placement_strategy: str = "balanced"
+    # Node maintenance (docs/operations.md): a restart's allowed delay unless it gives one.
+    node_restart_delay_seconds: int = 1800
 
     @property
     def indexing_gate(self) -> Reason | None:
@@ -181,6 +183,7 @@ def from_row(row) -> ZoektSettings:
         node_memory_budget_bytes=row.zoekt_node_memory_budget_bytes,
         memory_auto_calibration=row.zoekt_memory_auto_calibration,
         placement_strategy=row.zoekt_placement_strategy,
+        node_restart_delay_seconds=row.zoekt_node_restart_delay_seconds,
     )
 
 
@@ -271,6 +274,7 @@ _POSITIVE_NUMBERS = (
     "zoekt_maximum_files",
     "zoekt_trigram_max",
     "zoekt_default_number_of_replicas",
+    "zoekt_node_restart_delay_seconds",
 )
 
 

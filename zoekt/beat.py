@@ -21,4 +21,6 @@ ZOEKT_BEAT: dict[str, dict] = {
     "log-node-memory": every("zoekt.log_node_memory", 60),
     # Not GitLab's: failed tasks whose handle_task_failed message was lost (docs/reliability.md).
     "sweep-failed-tasks": every("zoekt.sweep_failed_tasks", 600),
+    # Node maintenance (docs/operations.md): restart records complete or expire.
+    "settle-node-shutdowns": every("zoekt.settle_node_shutdowns", 60),
 }

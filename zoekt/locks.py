@@ -64,6 +64,8 @@ class LockKey(enum.IntEnum):
     EVICTION_MEMORY_PRESSURE = 37
     # Following GitLab (gitlab_sync.sweep): one sweep at a time, full or delta.
     GITLAB_SWEEP = 38
+    # Node maintenance (zoekt.shutdowns): the settle job of the restart records.
+    SETTLE_NODE_SHUTDOWNS = 39
 
 
 @contextlib.contextmanager

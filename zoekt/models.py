@@ -32,6 +32,7 @@ from zoekt.querysets import (
     MoveQuerySet,
     NamespaceQuerySet,
     NodeQuerySet,
+    NodeShutdownQuerySet,
     ReplicaQuerySet,
     RepositoryQuerySet,
     TaskQuerySet,
@@ -1008,6 +1009,139 @@ class Move(ClockStampedModel):
         }
 
 
+class NodeShutdown(ClockStampedModel):
+    """An operator's request to take a node out of service (``zoekt_node_shutdowns``).
+
+    Not a GitLab table: Elasticsearch's node-shutdown record (``PUT
+    _nodes/<id>/shutdown``). One live record (in progress or stalled) per node,
+    which the database enforces; records stay after they complete or are
+    cancelled, as the node's maintenance history. A restart keeps the node's
+    indices through its allowed delay (docs/operations.md); ``zoekt.shutdowns``
+    decides when it completes. The status changes only through ``transition``
+    and its table (``TRANSITIONS``).
+    """
+
+    class Type(models.TextChoices):
+        RESTART = "restart"
+        REMOVE = "remove"
+        REPLACE = "replace"
+
+    class Status(models.TextChoices):
+        IN_PROGRESS = "in_progress"
+        STALLED = "stalled"
+        COMPLETE = "complete"
+        CANCELLED = "cancelled"
+
+    #: The statuses in which the record is live (one per node at most).
+    LIVE = (Status.IN_PROGRESS, Status.STALLED)
+    #: The one transition table (``transition``): from each status, the statuses it may go to.
+    TRANSITIONS: dict[str, frozenset[str]] = {
+        Status.IN_PROGRESS: frozenset({Status.STALLED, Status.COMPLETE, Status.CANCELLED}),
+        Status.STALLED: frozenset({Status.IN_PROGRESS, Status.COMPLETE, Status.CANCELLED}),
+        Status.COMPLETE: frozenset(),
+        Status.CANCELLED: frozenset(),
+    }
+    #: The column each status stamps when the record enters it.
+    STAMPS: dict[str, str] = {
+        Status.COMPLETE: "completed_at",
+        Status.CANCELLED: "cancelled_at",
+    }
+    IllegalTransition = IllegalTransition
+
+    id = models.BigAutoField(primary_key=True)
+    #: The node; NULL once its row is deleted (handled as lost), when the record stays as
+    #: history with ``node_ref`` and ``node_name``.
+    node = models.ForeignKey(
+        Node, null=True, blank=True, on_delete=models.SET_NULL, related_name="shutdowns"
+    )
+    node_ref = models.BigIntegerField()
+    node_name = models.TextField(blank=True, default="")
+    type = models.CharField(max_length=16, choices=Type.choices)
+    reason = models.TextField()
+    requested_by = models.CharField(max_length=150)
+    requested_at = models.DateTimeField(default=clock.now)
+    #: A restart's allowed delay, and its end (``requested_at`` plus the delay).
+    allowed_delay_seconds = models.IntegerField(null=True, blank=True)
+    delay_expires_at = models.DateTimeField(null=True, blank=True)
+    #: A replace's receiving node (not requestable yet).
+    target_node = models.ForeignKey(
+        Node, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.IN_PROGRESS)
+    #: Why it is stalled, or how it completed (a ``zoekt.reasons`` code).
+    status_reason = models.CharField(max_length=64, blank=True, default="")
+    #: A restart: the node's last heartbeat before it was seen away (offline), while
+    #: the record was live; and its first heartbeat after that.
+    node_left_at = models.DateTimeField(null=True, blank=True)
+    node_returned_at = models.DateTimeField(null=True, blank=True)
+    completed_at = models.DateTimeField(null=True, blank=True)
+    cancelled_at = models.DateTimeField(null=True, blank=True)
+    cancelled_by = models.CharField(max_length=150, blank=True, default="")
+    #: What the completion saw (bytes reported and expected, handled as lost).
+    details = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(default=clock.now, editable=False)
+    updated_at = models.DateTimeField(default=clock.now, editable=False)
+
+    objects = NodeShutdownQuerySet.as_manager()
+
+    class Meta:
+        db_table = "zoekt_node_shutdowns"
+        indexes = [models.Index(fields=["status"], name="zoekt_node_shutdowns_status")]
+        constraints = [
+            # One live record per node: the database refuses a second, whatever the
+            # interleaving of two requests.
+            models.UniqueConstraint(
+                fields=["node"],
+                condition=Q(status__in=["in_progress", "stalled"]),
+                name="zoekt_node_shutdowns_one_live_per_node",
+            ),
+            models.CheckConstraint(
+                condition=Q(allowed_delay_seconds__isnull=True) | Q(allowed_delay_seconds__gt=0),
+                name="check_zoekt_node_shutdowns_allowed_delay_positive",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.type} of {self.node_name or self.node_ref} ({self.status})"
+
+    @property
+    def live(self) -> bool:
+        return self.status in self.LIVE
+
+    def delay_seconds_left(self, now: datetime) -> int | None:
+        """Whole seconds left of a live restart's allowed delay (0 once it passed)."""
+        if self.delay_expires_at is None or not self.live:
+            return None
+        return max(int((self.delay_expires_at - now).total_seconds()), 0)
+
+    def within_delay(self, now: datetime) -> bool:
+        """A live restart whose allowed delay has not passed: the node is left alone."""
+        return (
+            self.live
+            and self.type == self.Type.RESTART
+            and self.delay_expires_at is not None
+            and now < self.delay_expires_at
+        )
+
+    def transition(self, status: str, now: datetime, **fields) -> str:
+        """Move to ``status`` if the table allows it (else ``IllegalTransition``, nothing
+        written): write it, its time the first time it is entered, ``updated_at`` and
+        ``fields``, and only those columns. Returns the new status."""
+        if status not in self.TRANSITIONS.get(self.status, frozenset()):
+            raise IllegalTransition("node shutdown", self.pk, self.status, status)
+        stamp = self.STAMPS.get(status)
+        self.status = status
+        self.updated_at = now
+        changed = {"status", "updated_at", *fields}
+        if stamp and getattr(self, stamp) is None:
+            setattr(self, stamp, now)
+            changed.add(stamp)
+        for key, value in fields.items():
+            setattr(self, key, value)
+        self.save(update_fields=sorted(changed))
+        return status
+
+
 # ----------------------------------------------------------------------------
 # Application settings: one row
 # ----------------------------------------------------------------------------
@@ -1205,6 +1339,13 @@ class ApplicationSetting(ClockStampedModel):
         "Balanced (the product's default) spreads the fleet; first fit is GitLab's choice, "
         "which piles a small fleet onto one node.",
     )
+    zoekt_node_restart_delay_seconds = models.IntegerField(
+        "Default allowed delay of a node restart (seconds)",
+        default=1800,
+        help_text="How long a node whose restart an operator requested is left alone: "
+        "not handled as lost, not re-indexed, given no new placement, its indices kept "
+        "(docs/operations.md). A request may give its own delay.",
+    )
     updated_at = models.DateTimeField(default=clock.now, editable=False)
 
     class Meta:
@@ -1255,6 +1396,10 @@ class ApplicationSetting(ClockStampedModel):
                 condition=Q(zoekt_node_memory_budget_bytes__isnull=True)
                 | Q(zoekt_node_memory_budget_bytes__gt=0),
                 name="check_zoekt_node_memory_budget_bytes_positive",
+            ),
+            models.CheckConstraint(
+                condition=Q(zoekt_node_restart_delay_seconds__gt=0),
+                name="check_zoekt_node_restart_delay_seconds_positive",
             ),
         ]
 

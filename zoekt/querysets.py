@@ -68,6 +68,23 @@ class NodeQuerySet(models.QuerySet):
     def for_search(self) -> NodeQuerySet:
         return self.filter(services__contains=[_model("Node").Service.ZOEKT])
 
+    # --- maintenance (docs/operations.md) ------------------------------------------------
+    @staticmethod
+    def restart_hold(now: datetime | None = None) -> Exists:
+        """True for a node with a live restart record still within its allowed delay."""
+        return Exists(
+            _model("NodeShutdown")
+            .objects.live()
+            .filter(node=OuterRef("pk"), type="restart", delay_expires_at__gt=now or clock.now())
+        )
+
+    def in_restart(self, now: datetime | None = None) -> NodeQuerySet:
+        """Nodes an operator is restarting, within the allowed delay: left alone."""
+        return self.filter(self.restart_hold(now))
+
+    def not_in_restart(self, now: datetime | None = None) -> NodeQuerySet:
+        return self.filter(~self.restart_hold(now))
+
     def searchable(self, now: datetime | None = None) -> NodeQuerySet:
         """Nodes a search may go to: online, for_search, and healthy by ``zoekt.search_health``.
 
@@ -349,6 +366,12 @@ class MoveQuerySet(models.QuerySet):
     def live(self):
         """Moves holding their lease: planned, building, ready to swap or swapping."""
         return self.filter(state__in=("planned", "building", "ready_to_swap", "swapping"))
+
+
+class NodeShutdownQuerySet(models.QuerySet):
+    def live(self):
+        """Records in progress or stalled (one per node at most)."""
+        return self.filter(status__in=("in_progress", "stalled"))
 
 
 class TaskQuerySet(models.QuerySet):

@@ -95,3 +95,10 @@ class Reason(enum.StrEnum):
     MEMORY_HIGH_WATERMARK = "memory_high_watermark"
     # Lost index data (zoekt.scheduling.lost_index_data): why a node's indices were re-indexed
     INDEXED_BYTES_SHORTFALL = "indexed_bytes_shortfall"
+    # Node shutdown records (zoekt.shutdowns): how a restart completed, and why a job
+    # left a node alone
+    NODE_RETURNED = "node_returned"
+    RESTART_DELAY_EXPIRED = "restart_delay_expired"
+    NODE_NEVER_LEFT = "node_never_left"
+    SHUTDOWN_NODE_DELETED = "shutdown_node_deleted"
+    NODE_IN_RESTART = "node_in_restart"

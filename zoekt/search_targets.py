@@ -21,6 +21,13 @@ Which indices, of several that could serve (``cover``):
    reaches furthest, ties to the lower (replica, node, index) id. A
    namespace whose replicas each lost a different node stays searchable.
 
+A node an operator is restarting, within its allowed delay
+(``Node.objects.in_restart``, docs/operations.md), is about to go away or has
+just come back: the cover is first sought without it (the two rules above,
+on the other nodes); only where nothing else covers a range is it asked, for
+just that stretch (``cover_avoiding``), and only while it is searchable as
+any node must be.
+
 The replica's state is not asked: GitLab turns a whole replica ``pending``
 as soon as one index is not ready (``ReplicaStateService``), which is why a
 change inside a replica would take the namespace dark there. Replica states
@@ -38,9 +45,10 @@ order. When there is none the answer says why, with a code from
 
 It costs the same four queries whatever the number of replicas, indices or
 nodes: the enabled namespace, the ready indices with their nodes, and the
-two of ``searchable``. ``search_targets_many`` answers for many namespaces
-in those same four queries (a namespace with no ready index needs fewer);
-``search_targets`` is it for one.
+two of ``searchable`` (which also says which of them are being restarted).
+``search_targets_many`` answers for many namespaces in those same four
+queries (a namespace with no ready index needs fewer); ``search_targets`` is
+it for one.
 """
 
 from __future__ import annotations
@@ -113,6 +121,39 @@ def cover(spans: Sequence[Span]) -> list[Served] | None:
         if pieces is not None:
             return pieces
     return _reach(spans) if len(by_replica) > 1 else None
+
+
+def cover_avoiding(spans: Sequence[Span], avoid: set[int]) -> list[Served] | None:
+    """``cover``, asking the nodes in ``avoid`` only where nothing else covers (pure).
+
+    Without them first (``cover``'s rules); else the greedy cover from the lowest
+    id, where at each point a span on another node wins whatever its reach, and a
+    span on an avoided node serves only up to where another node's span starts."""
+    if not avoid or not any(span.node_id in avoid for span in spans):
+        return cover(spans)
+    preferred = [span for span in spans if span.node_id not in avoid]
+    pieces = cover(preferred)
+    if pieces is not None:
+        return pieces
+    ordered = sorted(spans, key=lambda s: (s.node_id in avoid, s.replica_id, s.node_id, s.index_id))
+    point, out = LOWEST, []
+    while True:
+        here = [span for span in ordered if span.low <= point <= span.high]
+        if not here:
+            return None
+        others = [span for span in here if span.node_id not in avoid]
+        best = max(others or here, key=lambda s: (s.high, -ordered.index(s)))
+        high = best.high
+        if not others:
+            starts = [s.low for s in preferred if s.low > point]
+            if starts:
+                high = min(high, min(starts) - 1)
+        out.append(
+            Served(best, None if point == LOWEST else point, None if high == HIGHEST else high)
+        )
+        if high >= HIGHEST:
+            return out
+        point = high + 1
 
 
 def _reach(spans: Sequence[Span]) -> list[Served] | None:
@@ -221,11 +262,19 @@ def search_targets_many(
     for index in indices:
         by_namespace.setdefault(index.zoekt_enabled_namespace_id, []).append(index)
     node_ids = {index.zoekt_node_id for index in indices}
-    searchable = (
-        set(Node.objects.filter(pk__in=node_ids).searchable(now).values_list("id", flat=True))
-        if node_ids
-        else set()
-    )
+    searchable: set[int] = set()
+    restarting: set[int] = set()
+    if node_ids:
+        rows = (
+            Node.objects.filter(pk__in=node_ids)
+            .searchable(now)
+            .annotate(restarting=Node.objects.restart_hold(now))
+            .values_list("id", "restarting")
+        )
+        for node_id, in_restart in rows:
+            searchable.add(node_id)
+            if in_restart:
+                restarting.add(node_id)
 
     answers: dict[int, SearchTargets] = {}
     for root_id in ids:
@@ -235,13 +284,17 @@ def search_targets_many(
         elif not row.search:
             answers[root_id] = SearchTargets(root_id, reason=Reason.SEARCH_DISABLED)
         else:
-            answers[root_id] = _answer(root_id, by_namespace.get(row.id, []), searchable)
+            answers[root_id] = _answer(
+                root_id, by_namespace.get(row.id, []), searchable, restarting
+            )
     return answers
 
 
-def _answer(root_id: int, indices: list[Index], searchable: set[int]) -> SearchTargets:
+def _answer(
+    root_id: int, indices: list[Index], searchable: set[int], restarting: set[int] = frozenset()
+) -> SearchTargets:
     spans = [Span.of(index) for index in indices]
-    pieces = cover([span for span in spans if span.node_id in searchable])
+    pieces = cover_avoiding([span for span in spans if span.node_id in searchable], restarting)
     if pieces is None:
         # Not covered on searchable nodes: by ready indices at all, or only elsewhere.
         reason = Reason.NO_READY_REPLICA if cover(spans) is None else Reason.NO_SEARCHABLE_REPLICA

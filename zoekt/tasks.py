@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from zoekt import actions, memory
+from zoekt import actions, memory, shutdowns
 from zoekt.buffer_factor import refresh_global_buffer_factor
 from zoekt.locks import LockKey, try_advisory_lock
 from zoekt.logging import get_logger
@@ -80,3 +80,12 @@ def sweep_failed_tasks_task() -> dict:
     result = actions.do_sweep_failed_tasks()
     log.info("sweep_failed_tasks", **result)
     return result
+
+
+@shared_task(name="zoekt.settle_node_shutdowns")
+def settle_node_shutdowns_task() -> dict:
+    """Restart records: complete those whose node came back with its data, close those
+    whose allowed delay passed (docs/operations.md)."""
+    return _locked_job(
+        "settle_node_shutdowns", LockKey.SETTLE_NODE_SHUTDOWNS, shutdowns.do_settle_node_shutdowns
+    )

@@ -18,6 +18,7 @@ def test_the_schema_generates_without_warnings_and_validates(tmp_path):
         "/api/v1/namespaces/{root_namespace_id}/search_request",
         "/api/v4/admin/zoekt/shards",
         "/api/v1/catalog/bulk_upsert",
+        "/api/v1/nodes/{node_id}/shutdown",
     ):
         assert f"{path}:" in text, path
     assert "Gitlab-Shell-Api-Request" in text

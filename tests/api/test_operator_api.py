@@ -97,6 +97,9 @@ ENDPOINTS = [
     pytest.param("put", f"{ADMIN}/shards/1/indexed_namespaces/1", id="enable-namespace"),
     pytest.param("delete", f"{ADMIN}/shards/1/indexed_namespaces/1", id="disable-namespace"),
     pytest.param("post", "/api/v1/catalog/bulk_upsert", id="catalog-bulk-upsert"),
+    pytest.param("put", "/api/v1/nodes/1/shutdown", id="request-node-shutdown"),
+    pytest.param("get", "/api/v1/nodes/1/shutdown", id="node-shutdown-status"),
+    pytest.param("delete", "/api/v1/nodes/1/shutdown", id="cancel-node-shutdown"),
 ]
 
 
@@ -636,11 +639,13 @@ OPERATOR_PATHS = {
     "/api/v4/admin/zoekt/shards/{node_id}/indexed_namespaces": {"get"},
     "/api/v4/admin/zoekt/shards/{node_id}/indexed_namespaces/{namespace_id}": {"put", "delete"},
     "/api/v1/catalog/bulk_upsert": {"post"},
+    "/api/v1/nodes/{node_id}/shutdown": {"put", "get", "delete"},
 }
 REQUEST_BODIES = {
     ("/api/v4/admin/zoekt/namespaces/{namespace_ref}", "patch"),
     ("/api/v4/admin/zoekt/shards/{node_id}/indexed_namespaces/{namespace_id}", "put"),
     ("/api/v1/catalog/bulk_upsert", "post"),
+    ("/api/v1/nodes/{node_id}/shutdown", "put"),
 }
 
 

@@ -461,3 +461,22 @@ def test_an_ended_cooldown_is_no_reason(now):
     out, _ = run()
     assert f"#1 node {ended.id} (zoekt-cooled)" in out
     assert "eviction cooldown" not in out
+
+
+def test_a_node_being_restarted_is_no_candidate_and_is_named_with_the_reason(fleet, now):
+    from zoekt import shutdowns
+
+    restarting = node(10_000, "zoekt-restarting")
+    shutdowns.do_request_node_shutdown(
+        restarting.id, type="restart", reason="upgrade", requested_by="ops"
+    )
+    out, _ = run()
+    # It would be the roomiest candidate; it is not one.
+    assert f"#1 node {fleet['a'].id} (zoekt-a)" in out
+    (line,) = [
+        row for row in out.splitlines() if f"node {restarting.id} (zoekt-restarting):" in row
+    ]
+    assert line == (
+        f"  node {restarting.id} (zoekt-restarting): being restarted "
+        "(docs/operations.md; node_in_restart)"
+    )

@@ -35,6 +35,7 @@ from zoekt.models import (
     Index,
     Move,
     Node,
+    NodeShutdown,
     ProjectFeature,
     Replica,
     Task,
@@ -114,13 +115,22 @@ def fleet(now):
         bytes=GIB,
     )
     HandledTaskFailure.objects.create(task_id=1)
+    NodeShutdown.objects.create(
+        node=node,
+        node_ref=node.id,
+        node_name=node.name,
+        type="restart",
+        reason="upgrade",
+        requested_by="ops",
+        allowed_delay_seconds=1800,
+    )
     app_settings.load_row()
     return repo
 
 
 def test_every_zoekt_model_is_registered():
     assert set(ZOEKT_MODELS) <= set(admin.site._registry)
-    assert len(ZOEKT_MODELS) == 15
+    assert len(ZOEKT_MODELS) == 16
 
 
 def test_site_titles(admin_client):

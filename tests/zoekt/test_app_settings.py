@@ -60,6 +60,8 @@ GITLAB_DEFAULTS = {
     "memory_ratio": 0.5,
     "node_memory_budget_bytes": None,
     "memory_auto_calibration": False,
+    # Not GitLab's: a restarting node is left alone for 30 minutes (docs/operations.md).
+    "node_restart_delay_seconds": 1800,
 }
 
 
@@ -323,6 +325,7 @@ INVALID_VALUES = [
     pytest.param("zoekt_memory_ratio", -0.5, id="memory-ratio-negative"),
     pytest.param("zoekt_node_memory_budget_bytes", 0, id="memory-budget-0"),
     pytest.param("zoekt_node_memory_budget_bytes", -1, id="memory-budget-negative"),
+    pytest.param("zoekt_node_restart_delay_seconds", 0, id="restart-delay-0"),
 ]
 
 VALID_VALUES = [
@@ -347,6 +350,7 @@ VALID_VALUES = [
     pytest.param("zoekt_memory_ratio", 3.0, id="memory-ratio-above-the-calibration-bounds"),
     pytest.param("zoekt_node_memory_budget_bytes", None, id="memory-budget-unset"),
     pytest.param("zoekt_node_memory_budget_bytes", 64 * 1024**3, id="memory-budget-64-gib"),
+    pytest.param("zoekt_node_restart_delay_seconds", 600, id="restart-delay-10-minutes"),
 ]
 
 
@@ -421,6 +425,7 @@ def test_the_settings_form_saves_valid_values():
         pytest.param("zoekt_memory_ratio", 0, id="memory-ratio-0"),
         pytest.param("zoekt_node_memory_budget_bytes", 0, id="memory-budget-0"),
         pytest.param("zoekt_node_memory_budget_bytes", -5, id="memory-budget-negative"),
+        pytest.param("zoekt_node_restart_delay_seconds", 0, id="restart-delay-0"),
     ],
 )
 def test_the_database_refuses_an_out_of_range_setting(field, value):

@@ -26,7 +26,7 @@ from typing import Any
 from django.db import connection, transaction
 from django.db.models import Exists, OuterRef, QuerySet
 
-from zoekt import app_settings, clock, transitions
+from zoekt import app_settings, clock, shutdowns, transitions
 from zoekt.models import EnabledNamespace, Index, Namespace, Node, Repository, Task
 from zoekt.reasons import Reason
 from zoekt.scheduling.task_creation import create_bulk_tasks
@@ -430,7 +430,9 @@ def delete_lost_node(node_id: int) -> Result:
     """Delete a lost node with its indices and their repositories, in one transaction.
 
     Re-checked first: lost-node handling enabled, the node exists (a search
-    node) and is still lost. The node row is locked, its repositories and
+    node), is still lost, and is not being restarted within its allowed delay
+    (``Node.objects.in_restart``, docs/operations.md); its shutdown records
+    then say it was handled as lost. The node row is locked, its repositories and
     then its indices are deleted 10,000 at a time, then the node. Replicas are
     left alone (a replica left without indices is re-created by the rollout);
     the node's tasks stay in ``zoekt_tasks``, ignored without their node.
@@ -446,6 +448,11 @@ def delete_lost_node(node_id: int) -> Result:
             return {**base, "skipped": Reason.NODE_NOT_FOUND}
         if not node.is_lost(threshold):
             return {**base, "skipped": Reason.NODE_NOT_LOST}
+        # An operator is restarting it, within the allowed delay: its indices stay.
+        now = clock.now()
+        if Node.objects.filter(pk=node.id).in_restart(now).exists():
+            return {**base, "skipped": Reason.NODE_IN_RESTART}
+        shutdowns_closed = shutdowns.close_for_lost_node(node, now)
         repositories = 0
         while True:
             ids = list(
@@ -476,5 +483,6 @@ def delete_lost_node(node_id: int) -> Result:
         "repositories_deleted": repositories,
         "indices_deleted": indices,
         "node_deleted": True,
+        "shutdowns_closed": shutdowns_closed,
         "transaction_seconds": round(time.perf_counter() - started, 4),
     }

@@ -7,7 +7,9 @@ it is not lost, so lost-node handling leaves it alone. Without this check its
 indices would stay ``ready`` and searchable while the node holds nothing.
 
 The rule (docs/scheduling.md, *Lost index data*), checked every minute over
-the online search nodes:
+the online search nodes but those an operator is restarting within the
+allowed delay (``Node.objects.in_restart``, docs/operations.md: their record
+settles on the same shortfall rule, ``zoekt.shutdowns``):
 
 * **expected** is the sum of ``used_storage_bytes`` of the node's ``ready``
   indices; **reported** is its last heartbeat's ``disk.indexed``
@@ -81,6 +83,7 @@ SHORTFALL_SEEN = "shortfall_seen"  # the first sighting is recorded
 SHORTFALL_WAITING = "shortfall_waiting"  # seen before, not yet for long enough
 REINDEX = "reindex"
 NOT_CONFIRMED = "not_confirmed"  # the repositories' own sizes do not show the shortfall
+NODE_IN_RESTART = "node_in_restart"  # an operator is restarting it: left alone (re-checked)
 
 
 def is_shortfall(reported_bytes: int, expected_bytes: int) -> bool:
@@ -166,6 +169,7 @@ def check_lost_index_data(now: datetime | None = None) -> dict[str, Any]:
     nodes = list(
         Node.objects.for_search()
         .online(now)
+        .not_in_restart(now)
         .order_by("id")
         .values_list("id", "indexed_bytes", "last_seen_at", "metadata")
     )
@@ -199,6 +203,8 @@ def _apply(node_id: int, now: datetime) -> tuple[str, dict[str, Any] | None]:
         node = Node.objects.select_for_update(skip_locked=True).filter(pk=node_id).first()
         if node is None or not node.is_online(now):
             return "node_claimed_or_gone", None
+        if Node.objects.filter(pk=node.id).in_restart(now).exists():
+            return NODE_IN_RESTART, None
         state = node.metadata.get(METADATA_KEY) or {}
         reading = Reading(
             node.indexed_bytes, _expected_bytes([node.id]).get(node.id, 0), node.last_seen_at

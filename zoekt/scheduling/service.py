@@ -355,7 +355,13 @@ class SchedulingService:
         if not threshold:
             return {"skipped": Reason.LOST_NODE_HANDLING_DISABLED}
         search_nodes = Node.objects.for_search()
-        lost = search_nodes.lost(threshold, self.now).order_by("id").values_list("id", flat=True)
+        # A node being restarted within its allowed delay is not lost (docs/operations.md).
+        lost = (
+            search_nodes.lost(threshold, self.now)
+            .not_in_restart(self.now)
+            .order_by("id")
+            .values_list("id", flat=True)
+        )
         node_id = lost.first()
         if node_id is None:
             return {"skipped": Reason.NO_LOST_NODES}

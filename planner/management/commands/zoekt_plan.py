@@ -387,6 +387,7 @@ def _excluded_nodes(
     now = clock.now()
     configured = app_settings.current().node_memory_budget_bytes
     online = set(Node.objects.online(now).values_list("id", flat=True))
+    restarting = set(Node.objects.in_restart(now).values_list("id", flat=True))
     out = []
     rows = (
         Node.objects.exclude(id__in=candidate_ids)
@@ -410,6 +411,8 @@ def _excluded_nodes(
             reasons.append("not a search node")
         if node_id not in online:
             reasons.append("offline")
+        if node_id in restarting:
+            reasons.append(f"being restarted (docs/operations.md; {Reason.NODE_IN_RESTART})")
         if unclaimed <= 0:
             reasons.append(f"no unclaimed storage ({_bytes(unclaimed)})")
         if memory.excluded_from_placement(metadata, configured):
