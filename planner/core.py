@@ -122,7 +122,11 @@ def plan(scenario: Scenario, *, record_decisions: bool = True, memory_aware: boo
         else:
             for namespace in namespaces:
                 run.plan_namespace(namespace)
-        return run.result()
+        result = run.result()
+        # The fits point back at the run: without this cycle the run's arrays
+        # (and decision records) are freed as plan() returns, not at the next collection.
+        run.fits = ()
+        return result
 
 
 def _largest_first(namespaces: tuple[Namespace, ...] | list[Namespace]) -> list[int]:

@@ -8,11 +8,13 @@ buffer factor of 1 so the arithmetic reads directly.
 
 from __future__ import annotations
 
+import gc
 import json
 from pathlib import Path
 
 import pytest
 
+from bench.planner_core import synthetic_scenario, with_memory_budget
 from planner.core import plan, plan_dict
 from planner.plan import dumps
 from planner.scenario import Scenario, parse_scenario
@@ -661,3 +663,21 @@ def test_planning_does_not_change_the_scenario():
     assert json.dumps(data, sort_keys=True) == before
     assert parsed.nodes[0].unclaimed_storage_bytes == 100
     assert plan(parsed).to_json() == first
+
+
+@pytest.mark.parametrize("memory", [False, True], ids=["disk", "memory on"])
+def test_a_plan_leaves_no_reference_cycle_behind(memory):
+    """The run is freed when ``plan`` returns: a cycle would keep its node arrays
+    and decision records alive until the next full collection."""
+    data = synthetic_scenario(2_000)
+    parsed = parse_scenario(with_memory_budget(data) if memory else data)
+    gc.collect()
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        result = plan(parsed)
+        assert gc.collect() == 0
+    finally:
+        if was_enabled:
+            gc.enable()
+    assert result.create
