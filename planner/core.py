@@ -275,7 +275,8 @@ class _Run(MemoryDimension):
         cause: str | None = None,
         warning: str | None = None,
     ) -> None:
-        """A decision record (only when recording)."""
+        """A decision record (only when recording). ``_simulate_replica`` appends its
+        new-index records itself: once per index, the hottest record path."""
         self.decisions.append(
             Decision(
                 kind,
@@ -375,8 +376,16 @@ class _Run(MemoryDimension):
         ceilings = self.disk_ceilings if bind else None
         if aware or bind:
             self._begin_attempt()
-        fits = self.fits
-        largest = self._simulate_replicas(ns_plan, data, missing, fits[aware], ceilings)
+        fit = self.fits[aware]
+        if missing == 1:
+            # One replica (most namespaces): ``_simulate_replicas`` without its loop.
+            try:
+                stop = self._simulate_replica(ns_plan, 0, data, fit, ceilings)
+                largest = fit.finish(ns_plan, 0, data, stop)
+            finally:
+                self.exhausted.release()
+        else:
+            largest = self._simulate_replicas(ns_plan, data, missing, fit, ceilings)
         if ns_plan.errors and (aware or ceilings is not None):
             largest = self._plan_again(ns_plan, namespace, data, missing, aware, ceilings)
         self.undo = None
@@ -421,8 +430,6 @@ class _Run(MemoryDimension):
         were, or memory is off)."""
         simulate = self._simulate_replica
         try:
-            if missing == 1:
-                return fit.finish(ns_plan, 0, data, simulate(ns_plan, 0, data, fit, ceilings))
             largest = 0
             for replica_idx in range(missing):
                 stop = simulate(ns_plan, replica_idx, data, fit, ceilings)
@@ -488,9 +495,9 @@ class _Run(MemoryDimension):
                             continue
                     if self.log is not None:
                         cause = memory and fit.cause(bound, last, last_req + size, last_open)
-                        self._record(NEW_INDEX, ns_plan, replica_idx, opened, data[1][k],
-                                     data[0][k], fit.demand(data, k), position, cause or None,
-                                     warning)  # fmt: skip
+                        self.decisions.append(Decision(NEW_INDEX, ns_plan.namespace_id,
+                            replica_idx, opened, data[1][k], data[0][k], fit.demand(data, k),
+                            position, self.exhausted.frozen(), cause or None, warning))  # fmt: skip
                     last_open = self.disk[position]
                     start = None if last is None else last_to + 1
                     last = self._open_index(ns_plan, indices, position, start, size, fit, ceilings)

@@ -392,7 +392,12 @@ class DiskFit:
         """The index holds ``required`` scaled bytes up to ``to``; its node gives them."""
         index.required_storage_bytes = required
         index.project_namespace_id_to = to
-        self.run._write(position, opened - required)
+        run = self.run
+        if run.undo is None and run.log is None:
+            # Nothing to log or roll back: the write alone (most namespaces).
+            run.disk[position] = opened - required
+        else:
+            run._write(position, opened - required)
 
     def limits(self, position: int, max_bytes: int) -> tuple[int | float, int | float, int]:
         """A new index's (scaled-bytes limit, repository-bytes limit, unclaimed memory)."""
