@@ -20,6 +20,7 @@ else it gets 401.
 from __future__ import annotations
 
 import hmac
+from collections import Counter
 from collections.abc import Iterator
 from datetime import timedelta
 
@@ -44,7 +45,7 @@ from gitlab_sync.status import status as gitlab_status
 from planner.models import RolloutPlan
 from zoekt import clock, jobmetrics, nodeapimetrics
 from zoekt.logging import get_logger
-from zoekt.models import Index, Move, Repository
+from zoekt.models import Index, Move, NodeShutdown, Repository
 
 log = get_logger(__name__)
 
@@ -68,6 +69,7 @@ class FleetCollector:
         yield from self._gitlab_counts(overview, now)
         yield from self._node_metrics(overview)
         yield from self._fleet_counts(overview)
+        yield from self._maintenance(overview)
         yield from self._rollout_plan()
         yield from self._eviction(now)
         yield from self._jobs()
@@ -259,6 +261,50 @@ class FleetCollector:
         )
         ratio.add_metric([], overview.memory_ratio)
         yield from (replicas, tasks, namespaces, nodes, ratio)
+
+    def _maintenance(self, overview: FleetOverview) -> Iterator[Metric]:
+        """Nodes with a live shutdown record, and what each drain has left (no query of
+        its own: the overview read the live records)."""
+        shutdowns = _gauge(
+            "zoekt_control_nodes_in_shutdown",
+            "Nodes with a live shutdown record (docs/operations.md), by type and status.",
+            ("type", "status"),
+        )
+        counts = Counter(
+            (node.shutdown.type, node.shutdown.status)
+            for node in overview.nodes
+            if node.shutdown is not None
+        )
+        for type_ in NodeShutdown.Type:
+            for status in NodeShutdown.LIVE:
+                shutdowns.add_metric([type_.value, status.value], counts[(type_, status)])
+        left = {
+            "bytes": _gauge(
+                "zoekt_control_node_drain_bytes_left",
+                "Bytes of index still on a draining node (remove or replace).",
+                GITLAB_NODE_LABELS,
+            ),
+            "indices": _gauge(
+                "zoekt_control_node_drain_indices_left",
+                "Indices still on a draining node (remove or replace).",
+                GITLAB_NODE_LABELS,
+            ),
+            "moves": _gauge(
+                "zoekt_control_node_drain_moves_in_flight",
+                "Live moves off a draining node.",
+                GITLAB_NODE_LABELS,
+            ),
+        }
+        for node in overview.nodes:
+            drain = node.shutdown.left if node.shutdown is not None else None
+            if drain is None:
+                continue
+            labels = [str(node.id), node.name]
+            left["bytes"].add_metric(labels, drain.bytes)
+            left["indices"].add_metric(labels, drain.indices)
+            left["moves"].add_metric(labels, drain.moves_in_flight)
+        yield shutdowns
+        yield from left.values()
 
     def _rollout_plan(self) -> Iterator[Metric]:
         """The last rollout's phases and bounds, from its kept plan (one query)."""

@@ -3,7 +3,8 @@
 ``/admin/dashboard/`` (the fleet), ``.../plans/`` and ``.../plans/<id>/``
 (recent rollout plans), ``.../namespaces/`` and ``.../namespaces/<root id>/``,
 ``.../evictions/`` (nodes over the high watermark, in cooldown, and the
-eviction decisions), ``.../moves/`` (moves in flight and recent).
+eviction decisions), ``.../moves/`` (moves in flight and recent),
+``.../maintenance/`` (node shutdown records, live and recent).
 Each view reads one function of its page's module in ``dashboard.readmodels`` (a
 fixed number of queries) and renders a template under ``templates/zoekt/dashboard/`` that
 extends the admin's ``base_site.html``; charts are inline SVG drawn by
@@ -25,6 +26,7 @@ from dashboard import charts, history
 from dashboard.readmodels.common import UnknownChoice
 from dashboard.readmodels.evictions import eviction_page
 from dashboard.readmodels.fleet import NodeRow, fleet_overview
+from dashboard.readmodels.maintenance import maintenance_page
 from dashboard.readmodels.moves import move_page
 from dashboard.readmodels.namespaces import (
     NAMESPACE_FILTERS,
@@ -43,6 +45,7 @@ PAGES = (
     ("namespaces", "Namespaces"),
     ("evictions", "Evictions"),
     ("moves", "Moves"),
+    ("maintenance", "Maintenance"),
     ("gitlab", "GitLab"),
 )
 
@@ -360,6 +363,17 @@ def moves(request: HttpRequest) -> HttpResponse:
     )
 
 
+def maintenance(request: HttpRequest) -> HttpResponse:
+    """Node shutdown records (docs/operations.md): live, and a page of the ended ones."""
+    return _render(
+        request,
+        "maintenance.html",
+        "maintenance",
+        "Maintenance",
+        maintenance=maintenance_page(page=request.GET.get("page", 1)),
+    )
+
+
 def gitlab(request: HttpRequest) -> HttpResponse:
     """Following GitLab (docs/gitlab.md): the sweeps and the system hooks' backlog."""
     return _render(
@@ -382,6 +396,7 @@ def urls() -> list:
         path("plans/<int:plan_id>/", view(plan), name="dashboard-plan"),
         path("namespaces/", view(namespaces), name="dashboard-namespaces"),
         path("moves/", view(moves), name="dashboard-moves"),
+        path("maintenance/", view(maintenance), name="dashboard-maintenance"),
         path("namespaces/<int:root_namespace_id>/", view(namespace), name="dashboard-namespace"),
         path("evictions/", view(evictions), name="dashboard-evictions"),
         path("gitlab/", view(gitlab), name="dashboard-gitlab"),

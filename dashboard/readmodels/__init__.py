@@ -11,6 +11,7 @@ without touching the ORM:
 * ``plans``: ``recent_plans`` and ``plan_detail``;
 * ``evictions``: ``eviction_page``;
 * ``moves``: ``move_page``;
+* ``maintenance``: ``node_maintenance`` (the fleet's marks) and ``maintenance_page``;
 * ``common``: the state names and the helpers the pages share.
 
 The node page's history is ``dashboard.history``; the GitLab page's is
@@ -24,6 +25,7 @@ take the read models as one namespace (the tests, a shell).
 from dashboard.readmodels.common import UnknownChoice
 from dashboard.readmodels.evictions import EvictionPage, eviction_page
 from dashboard.readmodels.fleet import FleetOverview, NodeRow, fleet_overview
+from dashboard.readmodels.maintenance import MaintenancePage, maintenance_page, node_maintenance
 from dashboard.readmodels.moves import MovePage, move_page
 from dashboard.readmodels.namespaces import (
     NAMESPACE_FILTERS,
@@ -40,6 +42,7 @@ __all__ = [
     "PLAN_FILTERS",
     "EvictionPage",
     "FleetOverview",
+    "MaintenancePage",
     "MovePage",
     "NamespaceDetail",
     "NodeRow",
@@ -47,9 +50,11 @@ __all__ = [
     "UnknownChoice",
     "eviction_page",
     "fleet_overview",
+    "maintenance_page",
     "move_page",
     "namespace_detail",
     "namespace_page",
+    "node_maintenance",
     "plan_detail",
     "recent_plans",
 ]

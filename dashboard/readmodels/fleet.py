@@ -28,6 +28,7 @@ from dashboard.readmodels.common import (
     natural_key,
     seconds_since,
 )
+from dashboard.readmodels.maintenance import ShutdownRow, node_maintenance
 from zoekt import app_settings, capacity, clock, memory, search_health
 from zoekt.capacity import NodeWatermark
 from zoekt.models import EnabledNamespace, Index, Node, Replica, Repository, Task
@@ -70,6 +71,8 @@ class NodeRow:
     schema_version: int | None = None
     #: The indexer's RSS as the node reports it in its metadata (None: not reported).
     indexer_rss_bytes: int | None = None
+    #: The node's live shutdown record (restart, drain), as the Maintenance page shows it.
+    shutdown: ShutdownRow | None = None
 
     @property
     def index_count(self) -> int:
@@ -105,6 +108,11 @@ class FleetOverview:
     split_namespaces: int = 0
 
     @property
+    def in_maintenance(self) -> int:
+        """Nodes with a live shutdown record (restarting or draining)."""
+        return sum(1 for node in self.nodes if node.shutdown is not None)
+
+    @property
     def online(self) -> int:
         return sum(1 for node in self.nodes if node.online)
 
@@ -137,9 +145,10 @@ def fleet_overview(
     memory, indices and tasks; and the fleet's counts.
 
     Queries: nodes with their reservations (1), searchable (2), memory (3),
-    indices per node and state (1), tasks per node and state (1), and one
-    count each for index watermark levels, replicas, repositories, enabled
-    namespaces and split namespaces: 13, whatever the fleet size (the
+    indices per node and state (1), tasks per node and state (1), the live
+    shutdown records (1, and 2 more while a node drains), and one count each
+    for index watermark levels, replicas, repositories, enabled namespaces and
+    split namespaces: 14 (16 with a drain), whatever the fleet size (the
     settings come from their cache).
     """
     now = now or clock.now()
@@ -176,6 +185,7 @@ def fleet_overview(
         fleet_tasks[state] += count
 
     development = capacity.watermark_limits(app_settings.development_watermarks())
+    maintenance = node_maintenance(now)
     rows = [
         NodeRow(
             id=node.id,
@@ -204,6 +214,7 @@ def fleet_overview(
             for_search=Node.Service.ZOEKT in (node.services or ()),
             schema_version=node.schema_version,
             indexer_rss_bytes=memory.process_counter(node.metadata, "indexer", "rss_bytes"),
+            shutdown=maintenance.get(node.id),
         )
         for node in nodes
     ]

@@ -30,9 +30,9 @@ from tests.browser.conftest import (
     screenshot,
 )
 from tests.dashboard.builders import build_fleet, unplaced_namespace
-from zoekt import app_settings, clock, memory
+from zoekt import app_settings, clock, memory, shutdowns
 from zoekt.admin import human_bytes
-from zoekt.models import EnabledNamespace, Index, Move, Node, Project, Replica
+from zoekt.models import EnabledNamespace, Index, Move, Node, NodeShutdown, Project, Replica
 
 # Fixed ids and a fixed plan time keep the screenshots the same from run to run.
 pytestmark = pytest.mark.django_db(transaction=True, reset_sequences=True)
@@ -94,6 +94,23 @@ def seed() -> dict:
             memory_budget_bytes=8 * GIB,
         )
         for i in range(steps + 1)
+    )
+
+    # zoekt-6 is offline for a restart its operator announced; zoekt-1 came back from one.
+    restart = shutdowns.do_request_node_shutdown(
+        offline.id, type="restart", reason="kernel upgrade", requested_by="alice"
+    )
+    earlier = shutdowns.do_request_node_shutdown(
+        fleet.nodes[1].id,
+        type="restart",
+        reason="indexer upgrade",
+        requested_by="bob",
+        now=clock.now() - timedelta(hours=5),
+    )
+    earlier.transition(
+        NodeShutdown.Status.COMPLETE,
+        clock.now() - timedelta(hours=4, minutes=48),
+        status_reason="node_returned",
     )
 
     user = User.objects.create_user("operator", password=PASSWORD, is_staff=True)
@@ -160,6 +177,9 @@ def seed() -> dict:
                 app_settings.current().memory_ratio,
             )
         ),
+        "restart_id": restart.id,
+        "restart_node": offline.name,
+        "returned_id": earlier.id,
         "move_id": move.id,
         "move_source": move.source_node.name,
         "move_target": move.target_node.name,
@@ -214,9 +234,11 @@ def test_operator_reads_every_dashboard_page(browser_ready, live_server, tmp_pat
             used = text(page, f"#nodes tr[data-node-name='{name}'] td.memory-percent")
             assert re.match(r"\d+\.\d% (normal|low|high|critical)", used), used
         assert text(page, "[data-figure=split-namespaces] .value") == expected["split"]
+        mark = f"#nodes tr[data-node-name='{expected['restart_node']}'] td.name .maintenance-mark"
+        assert text(page, mark).startswith("restarting: ")
         for node in expected["nodes"]:
             row = f"#nodes tr[data-node-name='{node['name']}']"
-            assert text(page, f"{row} td.name") == node["name"]
+            assert text(page, f"{row} td.name a[href*='/nodes/']") == node["name"]
             assert text(page, f"{row} td.disk-percent") == node["percent"]
             assert text(page, f"{row} td.online") == ("yes" if node["online"] else "no")
             assert text(page, f"{row} td.searchable").startswith(
@@ -322,6 +344,17 @@ def test_operator_reads_every_dashboard_page(browser_ready, live_server, tmp_pat
         assert text(page, "[data-figure=in-flight] .value") == expected["live_moves"]
         screenshot(page, tmp_path, "dashboard-moves")
 
+        # --- maintenance -----------------------------------------------------------
+        page.click(".dashboard-tabs a[data-page=maintenance]")
+        page.wait_for_url(f"{base}/admin/dashboard/maintenance/")
+        row = f"#shutdowns-live tr[data-shutdown-id='{expected['restart_id']}']"
+        assert text(page, f"{row} td.node") == f"{expected['restart_node']} offline"
+        assert text(page, f"{row} td.left").endswith("of the delay")
+        row = f"#shutdowns-recent tr[data-shutdown-id='{expected['returned_id']}']"
+        assert text(page, f"{row} td.status") == "complete node returned"
+        assert text(page, "[data-figure=live] .value") == "1"
+        screenshot(page, tmp_path, "dashboard-maintenance")
+
         # --- one node's history ----------------------------------------------------
         page.click(".dashboard-tabs a[data-page=fleet]")
         page.wait_for_url(f"{base}/admin/dashboard/")
@@ -355,6 +388,7 @@ def test_operator_reads_every_dashboard_page(browser_ready, live_server, tmp_pat
         "namespace",
         "evictions",
         "moves",
+        "maintenance",
         "node",
     ):
         assert (tmp_path / f"dashboard-{name}.png").stat().st_size > 10_000

@@ -53,6 +53,7 @@ PAGES = [
     "dashboard-namespaces",
     "dashboard-evictions",
     "dashboard-moves",
+    "dashboard-maintenance",
 ]
 
 

@@ -138,6 +138,7 @@ class Command(BaseCommand):
         lines += self._section("Nodes", report["nodes"]["rows"])
         lines += self._section("Indexing status", report["indexing_status"]["rows"])
         lines += self._eviction(report["eviction"])
+        lines += self._section("Node maintenance", report["node_maintenance"]["rows"])
         lines += self._section("GitLab", report["gitlab"]["rows"])
         flags = report["feature_flags"]["rows"]
         lines += self._section("Feature Flags (Non-Default Values)", flags)
@@ -262,6 +263,7 @@ def collect(*, extended: bool) -> dict[str, Any]:
         "nodes": _nodes_section(nodes, now),
         "indexing_status": _indexing_section(settings, overview, now),
         "eviction": _eviction(settings, eviction_overview(recent=RECENT_DECISIONS, now=now), now),
+        "node_maintenance": _maintenance_section(overview),
         "gitlab": _gitlab_section(now),
         "feature_flags": {"rows": [], "data": {}},
         "feature_flags_default": {"rows": [], "data": {}},
@@ -277,6 +279,7 @@ SECTIONS = (
     "nodes",
     "indexing_status",
     "eviction",
+    "node_maintenance",
     "gitlab",
     "feature_flags",
     "feature_flags_default",
@@ -313,6 +316,54 @@ def _counts(counts: Mapping[str, int]) -> Counts:
 
 def _present(counts: Counts) -> Counts:
     return Counts(counts.total, {key: n for key, n in counts.items.items() if n})
+
+
+def _maintenance_section(overview: FleetOverview) -> dict[str, Any]:
+    """Nodes with a live shutdown record (docs/operations.md): the fleet overview's rows."""
+    rows: list = [("Nodes in maintenance", overview.in_maintenance)]
+    live = []
+    for node in overview.nodes:
+        record = node.shutdown
+        if record is None:
+            continue
+        left = record.left
+        if record.delay_seconds_left is not None:
+            what = f"{_duration(record.delay_seconds_left)} of the delay left"
+        elif left is not None:
+            what = (
+                f"{_count(left.indices, 'index', 'indices')}, {_size(left.bytes)} left, "
+                f"{_count(left.moves_in_flight, 'move', 'moves')} in flight"
+            )
+        else:
+            what = "-"
+        target = f" to {record.target_node_name}" if record.target_node_name else ""
+        rows.append(
+            (
+                f"  {node.name}",
+                f"{record.type}{target}, {record.status.replace('_', ' ')}: {what} "
+                f"(record {record.id}, by {record.requested_by}: {record.reason})",
+            )
+        )
+        live.append(
+            {
+                "id": record.id,
+                "node_id": record.node_id,
+                "node_name": record.node_name,
+                "node_online": record.node_online,
+                "type": record.type,
+                "status": record.status,
+                "status_reason": record.status_reason or None,
+                "reason": record.reason,
+                "requested_by": record.requested_by,
+                "requested_at": record.requested_at,
+                "target_node_name": record.target_node_name,
+                "delay_seconds_left": record.delay_seconds_left,
+                "indices_left": None if left is None else left.indices,
+                "left_bytes": None if left is None else left.bytes,
+                "moves_in_flight": None if left is None else left.moves_in_flight,
+            }
+        )
+    return {"rows": rows, "data": {"nodes_in_maintenance": overview.in_maintenance, "live": live}}
 
 
 def _gitlab_section(now: datetime) -> dict[str, Any]:
@@ -774,6 +825,10 @@ def _ago(now: datetime, then: datetime) -> str:
 def _duration(seconds: int | None) -> str:
     """``3 h 12 min``, ``2 d 4 h``, ``45 s``: the dashboard's form."""
     return NEVER if seconds is None else duration(seconds)
+
+
+def _count(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
 
 
 def _percent(part: int | None, whole: int) -> str:
