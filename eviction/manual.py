@@ -171,13 +171,13 @@ def ceiling() -> float:
 def _check_index(index: Index) -> None:
     """Only a ready index in a replica moves, and only while its namespace has no live move."""
     if index.state != Index.State.READY or index.zoekt_replica_id is None:
-        state = (
-            index.state if index.zoekt_replica_id is not None else f"{index.state}, in no replica"
-        )
+        state = Index.State(index.state).label
+        if index.zoekt_replica_id is None:
+            state += ", in no replica"
         raise MoveRefused(
             "index_id",
             Reason.MOVE_INDEX_NOT_READY,
-            f"index {index.id} is {state}, not ready: only a ready index is moved (it "
+            f"index {index.id} is {state}: only a ready index in a replica is moved (it "
             "serves while its replacement builds).",
         )
     live = Move.objects.live().filter(zoekt_enabled_namespace_id=index.zoekt_enabled_namespace_id)
