@@ -20,6 +20,7 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("", include("api.urls")),
     path("", include("gitlab_sync.urls")),
+    path("", include("eviction.urls")),
 ]
 
 # A path no route matches (an id that is not an integer, say): JSON under /api/.

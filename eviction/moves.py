@@ -40,7 +40,7 @@ index or one namespace (``zoekt_moves``' partial unique indexes).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -53,13 +53,24 @@ from eviction.resplit import Carve, carved_repositories, create_carve, narrowed
 from planner.filters import share_left
 from zoekt import actions, app_settings, capacity, clock, memory, transitions
 from zoekt.logging import get_logger
-from zoekt.models import EnabledNamespace, Index, Move, Node, Replica, Repository, Task
+from zoekt.models import (
+    EnabledNamespace,
+    Index,
+    Move,
+    Node,
+    NodeShutdown,
+    Replica,
+    Repository,
+    Task,
+)
 from zoekt.reasons import Reason
 from zoekt.scheduling.task_creation import create_bulk_tasks
 
 log = get_logger(__name__)
 
 NODE_LEVEL = "node_level"
+#: The trigger of a move an operator asks for by hand (``eviction.manual``).
+MANUAL = "manual"
 
 
 @dataclass
@@ -240,11 +251,11 @@ def choose_target(
     over only because it builds ``zoekt_move_max_per_target`` replacements already
     (``busy``): then the move waits rather than gives up.
 
-    Candidates: online search nodes, not cooling down, not being restarted
-    (``Node.objects.in_restart``, docs/operations.md), holding no index of the
-    namespace (the source included), and, while memory planning is on, not over
-    the high memory watermark and with the memory for it (``_memory_room``).
-    Headroom is real disk: the node's used bytes, plus the
+    Candidates: the nodes ``target_refusal`` does not refuse: online search nodes,
+    not cooling down, not being restarted or shut down (docs/operations.md),
+    holding no index of the namespace (the source included), and, while memory
+    planning is on, not over the high memory watermark and with the memory for it
+    (``_memory_room``). Headroom is real disk: the node's used bytes, plus the
     bytes of the live moves already heading to it (this decision's included: they
     were written earlier in this transaction), plus this index, must stay under
     ``ceiling`` (a share of its disk, the high watermark less the hysteresis
@@ -256,30 +267,14 @@ def choose_target(
     allocated by that projection (``planner.filters.share_left``, the balanced
     placement's score, of the disk it would have free); ties by id.
     """
-    holding = Index.objects.filter(
-        zoekt_enabled_namespace_id=index.zoekt_enabled_namespace_id
-    ).values("zoekt_node_id")
-    candidates = list(
-        Node.objects.for_search()
-        .online(now)
-        .not_in_eviction_cooldown(now)
-        .not_in_restart(now)
-        .exclude(id__in=holding)
-        .filter(total_bytes__gt=0)
-    )
-    inbound = live_bytes_by_node("target_node_id")
-    configured = settings.node_memory_budget_bytes
-    room = _memory_room(index, candidates, settings) if configured is not None else None
+    nodes = list(Node.objects.all())
+    facts = target_facts(index, size_bytes, nodes, ceiling=ceiling, settings=settings, now=now)
     best: tuple[float, int, Node] | None = None
     skipped_busy = False
-    for node in candidates:
-        if node.id in avoid or memory.excluded_from_placement(node.metadata or {}, configured):
+    for node in nodes:
+        if node.id in avoid or target_refusal(node, facts) is not None:
             continue
-        if room is not None and not room(node):
-            continue
-        after = node.used_bytes + inbound.get(node.id, 0) + size_bytes
-        if after / node.total_bytes >= ceiling:
-            continue
+        after = node.used_bytes + facts.inbound.get(node.id, 0) + size_bytes
         score = share_left(node.total_bytes - after, node.total_bytes)
         if node.id in busy:
             skipped_busy = True
@@ -287,6 +282,94 @@ def choose_target(
         if best is None or (score, -node.id) > best[:2]:
             best = (score, -node.id, node)
     return (None if best is None else best[2]), skipped_busy
+
+
+@dataclass(frozen=True)
+class TargetFacts:
+    """What the target rules read besides the node row, read once for one index and the
+    nodes it may go to (``target_facts``)."""
+
+    index: Index
+    size_bytes: int
+    ceiling: float
+    now: datetime
+    #: Nodes holding an index of the namespace (any state: evicted and orphaned rows
+    #: keep their slot, as in GitLab), the source included.
+    holding: frozenset[int]
+    #: Nodes in a restart's allowed delay (``Node.objects.in_restart``).
+    restarting: frozenset[int]
+    #: Nodes with a live ``remove`` or ``replace`` shutdown record.
+    shutting_down: frozenset[int]
+    #: ``{node id: bytes of the live moves heading to it}``.
+    inbound: dict[int, int]
+    #: ``zoekt_node_memory_budget_bytes``: memory planning is on when it is set.
+    memory_budget: int | None
+    #: Whether a node's memory takes the index (``_memory_room``), with memory planning on.
+    room: Callable[[Node], bool] | None
+
+
+def target_facts(
+    index: Index,
+    size_bytes: int,
+    nodes: list[Node],
+    *,
+    ceiling: float,
+    settings: app_settings.ZoektSettings,
+    now: datetime,
+) -> TargetFacts:
+    """The facts ``target_refusal`` needs for ``index`` going to any of ``nodes``."""
+    configured = settings.node_memory_budget_bytes
+    leaving = NodeShutdown.objects.live().filter(
+        type__in=(NodeShutdown.Type.REMOVE, NodeShutdown.Type.REPLACE), node__isnull=False
+    )
+    return TargetFacts(
+        index=index,
+        size_bytes=size_bytes,
+        ceiling=ceiling,
+        now=now,
+        holding=frozenset(
+            Index.objects.filter(
+                zoekt_enabled_namespace_id=index.zoekt_enabled_namespace_id
+            ).values_list("zoekt_node_id", flat=True)
+        ),
+        restarting=frozenset(Node.objects.in_restart(now).values_list("id", flat=True)),
+        shutting_down=frozenset(leaving.values_list("node_id", flat=True)),
+        inbound=live_bytes_by_node("target_node_id"),
+        memory_budget=configured,
+        room=_memory_room(index, nodes, settings) if configured is not None else None,
+    )
+
+
+def target_refusal(node: Node, facts: TargetFacts) -> Reason | None:
+    """Why ``node`` cannot take the replacement of ``facts.index`` (the first rule it
+    fails, a stable code), or None when it fits. The one statement of the target rules:
+    ``choose_target`` keeps the nodes it does not refuse, and a move by hand
+    (``eviction.manual``) is refused with its answer. The move throttles are not a
+    rule here: a busy node fits, and the move waits for a slot."""
+    if node.id == facts.index.zoekt_node_id:
+        return Reason.MOVE_TARGET_IS_SOURCE
+    if Node.Service.ZOEKT not in (node.services or []):
+        return Reason.MOVE_TARGET_NOT_SEARCH_NODE
+    if not node.is_online(facts.now):
+        return Reason.MOVE_TARGET_OFFLINE
+    if node.id in facts.restarting:
+        return Reason.MOVE_TARGET_RESTARTING
+    if node.id in facts.shutting_down:
+        return Reason.MOVE_TARGET_SHUTTING_DOWN
+    if node.eviction_cooldown_until is not None and node.eviction_cooldown_until > facts.now:
+        return Reason.MOVE_TARGET_COOLING_DOWN
+    if node.id in facts.holding:
+        return Reason.MOVE_TARGET_HOLDS_NAMESPACE
+    if node.total_bytes <= 0:
+        return Reason.MOVE_TARGET_NO_DISK_ROOM
+    if memory.excluded_from_placement(node.metadata or {}, facts.memory_budget):
+        return Reason.MOVE_TARGET_OVER_MEMORY_WATERMARK
+    if facts.room is not None and not facts.room(node):
+        return Reason.MOVE_TARGET_NO_MEMORY_ROOM
+    after = node.used_bytes + facts.inbound.get(node.id, 0) + facts.size_bytes
+    if after / node.total_bytes >= facts.ceiling:
+        return Reason.MOVE_TARGET_NO_DISK_ROOM
+    return None
 
 
 def _memory_room(index: Index, candidates: list[Node], settings: app_settings.ZoektSettings):
@@ -311,7 +394,8 @@ def planned_target(
 ) -> tuple[Node | None, bool]:
     """A re-split's carve (or a memory-pressure move) goes to the node its plan chose,
     while that node is online for search, is not being restarted and holds no index of
-    the namespace (the plan checked its disk and memory)."""
+    the namespace (the plan checked its disk and memory). A move by hand goes to the
+    node the operator named while ``target_refusal`` still does not refuse it."""
     carve = move.details.get("carve")
     node_id = carve["node_id"] if carve else move.details["planned_target_node_id"]
     holding = Index.objects.filter(
@@ -327,7 +411,30 @@ def planned_target(
     )
     if node is not None and node.id in busy:
         return None, True
+    if node is not None and move.trigger == MANUAL:
+        node = _still_fits(move, index, node, now)
     return node, False
+
+
+def _still_fits(move: Move, index: Index, node: Node, now: datetime) -> Node | None:
+    """A move by hand that waited for a slot: its node is asked again, by every target
+    rule, when it starts (the node may have filled, or gone into maintenance, since the
+    request). A refusal is recorded in the move's details; the move is then cancelled
+    (``move_no_target``) with nothing built."""
+    facts = target_facts(
+        index,
+        move.bytes,
+        [node],
+        ceiling=float(move.details.get("target_ceiling", 0.70)),
+        settings=app_settings.current(),
+        now=now,
+    )
+    refusal = target_refusal(node, facts)
+    if refusal is None:
+        return node
+    move.details = {**move.details, "refused_at_start": str(refusal)}
+    Move.objects.filter(id=move.id).update(details=move.details)
+    return None
 
 
 def _build(move: Move, index: Index, target: Node, now: datetime) -> None:

@@ -102,3 +102,16 @@ class Reason(enum.StrEnum):
     NODE_NEVER_LEFT = "node_never_left"
     SHUTDOWN_NODE_DELETED = "shutdown_node_deleted"
     NODE_IN_RESTART = "node_in_restart"
+    # Moves by hand (eviction.manual) and move targets (eviction.moves.target_refusal):
+    # why an index was not moved where an operator asked, or why a node is no target
+    MOVE_INDEX_NOT_READY = "move_index_not_ready"
+    MOVE_TARGET_IS_SOURCE = "move_target_is_source"
+    MOVE_TARGET_NOT_SEARCH_NODE = "move_target_not_search_node"
+    MOVE_TARGET_OFFLINE = "move_target_offline"
+    MOVE_TARGET_RESTARTING = "move_target_restarting"
+    MOVE_TARGET_SHUTTING_DOWN = "move_target_shutting_down"
+    MOVE_TARGET_COOLING_DOWN = "move_target_cooling_down"
+    MOVE_TARGET_HOLDS_NAMESPACE = "move_target_holds_namespace"
+    MOVE_TARGET_NO_DISK_ROOM = "move_target_no_disk_room"
+    MOVE_TARGET_OVER_MEMORY_WATERMARK = "move_target_over_memory_watermark"
+    MOVE_TARGET_NO_MEMORY_ROOM = "move_target_no_memory_room"

@@ -19,6 +19,7 @@ def test_the_schema_generates_without_warnings_and_validates(tmp_path):
         "/api/v4/admin/zoekt/shards",
         "/api/v1/catalog/bulk_upsert",
         "/api/v1/nodes/{node_id}/shutdown",
+        "/api/v1/indices/{index_id}/move",
     ):
         assert f"{path}:" in text, path
     assert "Gitlab-Shell-Api-Request" in text

@@ -3,8 +3,9 @@
 Each generated case is sent through the WSGI application, authenticated as the caller
 of its operation (a node's JWT, an operator's token), and must get an answer below 500
 whose status the schema declares, in the JSON error shape naming a field when it is a
-4xx; and a refused request must leave the tables exactly as they were. Moves and
-evictions have no HTTP API (the admin and ``manage.py zoekt_move`` drive them), so the
+4xx; and a refused request must leave the tables exactly as they were. Evictions have
+no HTTP API; of moves, only the move of one index by hand
+(``POST /api/v1/indices/:id/move``), whose refusals the snapshot's moves cover. The
 operations here are all there is. ``ZOEKT_SCHEMA_EXAMPLES`` sets the examples per
 operation in the generated phase, besides the cases schemathesis derives from the schema's
 examples and bounds (CI runs 5, about 1,800 requests in all; ``make fuzz`` runs 300,

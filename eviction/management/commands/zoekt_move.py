@@ -1,9 +1,18 @@
 """Moves an operator starts by hand.
 
+    manage.py zoekt_move --index ID --to NODE [--reason "..."] [--by NAME] [--json]
     manage.py zoekt_move --resplit ROOT_NAMESPACE_ID            # plan and start
     manage.py zoekt_move --resplit ROOT_NAMESPACE_ID --dry-run  # the plan only
     manage.py zoekt_move --resplit ROOT_NAMESPACE_ID --index 42 # that index, not the hottest
-    manage.py zoekt_move --json ...                             # the plan as JSON
+    manage.py zoekt_move --json ...                             # the plan (or the move) as JSON
+
+Two modes, ``--index`` shared. ``--to`` moves one index to the named node
+(its id or the name it reports; ``eviction.manual``, the API's ``POST
+/api/v1/indices/<id>/move``): an ordinary move, built on that node while
+the index serves and swapped in once ready, recorded with the operator's
+name (``--by``, default the login name) and ``--reason``; refused with a
+stable code and a sentence, nothing written, when the index or the node
+cannot take part (docs/operations.md, "Moving one index by hand").
 
 A re-split re-plans one index of the namespace (its hottest by memory
 estimate, unless ``--index`` names one) with the planner, memory-aware, and
@@ -16,27 +25,51 @@ page.
 
 from __future__ import annotations
 
+import getpass
 import json
 
 from django.core.management.base import BaseCommand, CommandError
 
-from eviction import moves, resplit
+from eviction import manual, moves, resplit
+from zoekt import shutdowns
 from zoekt.models import Node
+from zoekt.operator_actions import OperatorError
 from zoekt.units import binary_size
+
+USAGE = "give --index ID --to NODE (a move by hand) or --resplit ROOT_NAMESPACE_ID (a re-split)"
+
+
+def _operator() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return ""
 
 
 class Command(BaseCommand):
-    help = "Re-split a hot namespace with moves: no reindex window, no dark minute."
+    help = (
+        "Move one index to a named node, or re-split a hot namespace, with moves: "
+        "no reindex window, no dark minute."
+    )
 
     def add_arguments(self, parser):
+        parser.add_argument("--resplit", metavar="ROOT_NAMESPACE_ID", help="the root namespace id")
         parser.add_argument(
-            "--resplit", metavar="ROOT_NAMESPACE_ID", required=True, help="the root namespace id"
+            "--index", type=int, help="the index to move (--to) or re-split (default: hottest)"
         )
-        parser.add_argument("--index", type=int, help="the index to re-split (default: hottest)")
+        parser.add_argument("--to", metavar="NODE", help="move --index to this node (id or name)")
+        parser.add_argument("--reason", default="", help="why, for the move's record (--to)")
+        parser.add_argument("--by", default=None, help="the operator's name (--to; default: login)")
         parser.add_argument("--dry-run", action="store_true", help="print the plan; start nothing")
         parser.add_argument("--json", action="store_true", help="print the plan as JSON")
 
     def handle(self, *args, **options):
+        if options["to"] is not None:
+            return self._move_by_hand(options)
+        if options["resplit"] is None:
+            raise CommandError(USAGE)
+        if options["reason"] or options["by"] is not None:
+            raise CommandError("--reason and --by are for a move by hand (--index ID --to NODE)")
         try:
             root = int(options["resplit"])
         except ValueError as error:
@@ -53,6 +86,29 @@ class Command(BaseCommand):
             self.stdout.write(json.dumps(plan.as_dict(), indent=2, sort_keys=True))
             return
         self.stdout.write(self._text(plan, dry_run=options["dry_run"]))
+
+    def _move_by_hand(self, options) -> None:
+        if options["resplit"] is not None:
+            raise CommandError(f"--to and --resplit are two modes: {USAGE}")
+        if options["index"] is None:
+            raise CommandError("--to needs --index ID: the index to move")
+        if options["dry_run"]:
+            raise CommandError("--dry-run is for --resplit; a move by hand is checked as it starts")
+        try:
+            node = shutdowns.find_node(options["to"], field="to_node_id")
+            done = manual.do_move_index(
+                options["index"],
+                node.id,
+                requested_by=options["by"] or _operator(),
+                reason=options["reason"],
+            )
+        except OperatorError as error:
+            raise CommandError(_message(error)) from error
+        described = done.as_dict()
+        if options["json"]:
+            self.stdout.write(json.dumps(described, indent=2, sort_keys=True, default=str))
+            return
+        self.stdout.write(_hand_text(described))
 
     def _text(self, plan: resplit.ResplitPlan, *, dry_run: bool) -> str:
         names = dict(
@@ -93,3 +149,26 @@ class Command(BaseCommand):
         elif plan.move_id is not None:
             lines.append(f"Started: move {plan.move_id} (the next carve starts at its swap).")
         return "\n".join(lines)
+
+
+def _message(error: OperatorError) -> str:
+    errors = getattr(error, "errors", None)
+    if errors:
+        return "; ".join(f"{field}: {' '.join(messages)}" for field, messages in errors.items())
+    field = getattr(error, "field", None)
+    return f"{field}: {error}" if field else str(error)
+
+
+def _hand_text(move: dict) -> str:
+    lines = [
+        move["message"],
+        f"  index {move['index_id']} of namespace {move['namespace_id']}, "
+        f"{binary_size(move['bytes'])}: node {move['source_node_id']} → node "
+        f"{move['target_node_id']} ({move['target_node_name']})",
+        f"  requested by {move['requested_by']}"
+        + (f": {move['requested_reason']}" if move["requested_reason"] else ""),
+    ]
+    if move["deadline_at"] is not None:
+        lines.append(f"  deadline: {move['deadline_at'].isoformat()}")
+    lines.append("  Follow it on the dashboard's Moves page (/admin/dashboard/moves/).")
+    return "\n".join(lines)

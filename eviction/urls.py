@@ -1,0 +1,9 @@
+"""Routes of the move API (included by the wiring, ``config.urls``)."""
+
+from django.urls import path
+
+from eviction import views
+
+urlpatterns = [
+    path("api/v1/indices/<int:index_id>/move", views.IndexMoveView.as_view(), name="index-move"),
+]

@@ -1,0 +1,156 @@
+"""The move API: ``POST /api/v1/indices/<id>/move`` moves one index by hand.
+
+An operator endpoint beside those of ``api/`` (staff only, by DRF token or
+session; the same error shape, ``api.errors``), served from here because the
+move machinery is this package's and ``api`` imports only ``zoekt``. The view
+authenticates, validates, makes one ``eviction.manual.do_move_index`` call
+and replies: ``ObjectNotFound`` is a 404, ``Rejected`` a 400, and a
+``MoveRefused`` a 400 when it can never clear as asked (the index's own node,
+a node that is not a search node) or a 409 when it may (docs/operations.md).
+"""
+
+from __future__ import annotations
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import (
+    OpenApiExample,
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+)
+from rest_framework import exceptions, status
+from rest_framework.authentication import SessionAuthentication, TokenAuthentication
+from rest_framework.parsers import FormParser, JSONParser
+from rest_framework.permissions import IsAdminUser
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from eviction import manual
+from eviction import serializers as s
+from zoekt import operator_actions
+
+#: The OpenAPI tag of the operator endpoints.
+TAG_ADMIN = ["zoekt admin"]
+
+
+class MoveConflict(exceptions.APIException):
+    status_code = status.HTTP_409_CONFLICT
+    default_detail = "The index cannot move there now."
+    default_code = "conflict"
+
+
+def _error(description: str) -> OpenApiResponse:
+    return OpenApiResponse(
+        response=OpenApiTypes.OBJECT,
+        description=f"{description}. Body: {{error: str, errors: {{field: [str]}}}}.",
+    )
+
+
+MOVE_EXAMPLE = {
+    "move_id": 31,
+    "state": "building",
+    "reason": None,
+    "trigger": "manual",
+    "index_id": 412,
+    "namespace_id": 9970,
+    "source_node_id": 2,
+    "target_node_id": 5,
+    "target_node_name": "gitlab-zoekt-4",
+    "replacement_index_id": 977,
+    "bytes": 10737418240,
+    "deadline_at": "2026-12-04T13:51:00Z",
+    "requested_by": "ops-alice",
+    "requested_reason": "rebalance before the volume resize",
+    "message": "Move 31 started: the replacement builds on node 5 (gitlab-zoekt-4) while "
+    "index 412 serves; it is swapped in once ready.",
+}
+
+
+class IndexMoveView(APIView):
+    authentication_classes = [TokenAuthentication, SessionAuthentication]
+    permission_classes = [IsAdminUser]
+    parser_classes = [JSONParser, FormParser]
+
+    def handle_exception(self, exc):
+        if isinstance(exc, manual.MoveRefused):
+            detail = {exc.field: [exc.message]}
+            exc = exceptions.ValidationError(detail) if exc.never else MoveConflict(detail)
+        elif isinstance(exc, operator_actions.ObjectNotFound):
+            exc = exceptions.NotFound({exc.field: [exc.message]})
+        elif isinstance(exc, operator_actions.Rejected):
+            exc = exceptions.ValidationError(exc.errors)
+        return super().handle_exception(exc)
+
+    @extend_schema(
+        operation_id="index_move",
+        summary="Move one index to a named node (Elasticsearch's reroute of one shard)",
+        description=(
+            "An ordinary move (trigger `manual`): the replacement is built on `to_node_id` "
+            "while the index serves, with the move throttles, lease, deadline and retries of "
+            "every move, and swapped in once ready on a searchable node; only then is the old "
+            "index evicted. `201` with the move: `building`, or `planned` (`move_throttled`) "
+            "when the throttles are full (it starts when a slot frees, the node asked again). "
+            "Refusals carry a stable code before the sentence and write nothing: `400` naming "
+            "`to_node_id` for the index's own node (`move_target_is_source`) or a node that "
+            "is not a search node (`move_target_not_search_node`); `409` naming `index_id` "
+            "when the index is not ready (`move_index_not_ready`) or its namespace has a live "
+            "move (`move_already_moving`), and naming `to_node_id` when the node is offline, "
+            "restarting, shutting down, cooling down after an eviction, holds an index of the "
+            "namespace, or lacks disk or memory room (`move_target_*`); `404` for an unknown "
+            "index or node."
+        ),
+        tags=TAG_ADMIN,
+        parameters=[
+            OpenApiParameter(
+                "index_id", OpenApiTypes.INT, OpenApiParameter.PATH, description="The index's id."
+            )
+        ],
+        request=s.IndexMoveRequestSerializer,
+        responses={
+            201: s.IndexMoveSerializer,
+            400: _error(
+                "Bad input naming the field (`to_node_id`, `reason`, an unknown key), or a "
+                "target that can never take the index"
+            ),
+            401: _error("No credentials (session or `Authorization: Token <key>`)"),
+            403: _error("Authenticated, but not a staff user"),
+            404: _error("No such index (`index_id`) or node (`to_node_id`)"),
+            409: _error("The index or the node cannot take part now, naming the field"),
+        },
+        examples=[
+            OpenApiExample(
+                "To a named node",
+                value={"to_node_id": 5, "reason": "rebalance before the volume resize"},
+                request_only=True,
+            ),
+            OpenApiExample("Started", value=MOVE_EXAMPLE, response_only=True, status_codes=["201"]),
+            OpenApiExample(
+                "Refused",
+                value={
+                    "error": "to_node_id: move_target_cooling_down: node 5 (gitlab-zoekt-4) is "
+                    "cooling down after an eviction until 2026-12-04T22:00:00+00:00; it takes "
+                    "nothing.",
+                    "errors": {
+                        "to_node_id": [
+                            "move_target_cooling_down: node 5 (gitlab-zoekt-4) is cooling "
+                            "down after an eviction until 2026-12-04T22:00:00+00:00; it takes "
+                            "nothing."
+                        ]
+                    },
+                },
+                response_only=True,
+                status_codes=["409"],
+            ),
+        ],
+    )
+    def post(self, request, index_id: int):
+        serializer = s.IndexMoveRequestSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        done = manual.do_move_index(
+            index_id,
+            data["to_node_id"],
+            requested_by=request.user.username,
+            reason=data["reason"],
+        )
+        return Response(done.as_dict(), status=status.HTTP_201_CREATED)
