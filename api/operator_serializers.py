@@ -280,12 +280,12 @@ class CatalogBulkUpsertResultSerializer(serializers.Serializer):
 
 class NodeShutdownRequestSerializer(StrictSerializer):
     """``PUT /api/v1/nodes/:id/shutdown``: the request's shape (``zoekt.shutdowns`` checks
-    the rest: only ``restart`` can be requested today)."""
+    the rest: which fields go with which type, and the target node)."""
 
     type = serializers.ChoiceField(
         choices=["restart", "remove", "replace"],
-        help_text="`restart` (the node comes back with its data). `remove` and `replace` "
-        "are not available yet: a 400 says so.",
+        help_text="`restart` (the node comes back with its data), `remove` (drain: every "
+        "index is moved off the node), `replace` (drain onto `target_node_id`).",
     )
     reason = serializers.CharField(
         max_length=2000, help_text="Why, for the record (an upgrade, a host reboot)."
@@ -294,8 +294,41 @@ class NodeShutdownRequestSerializer(StrictSerializer):
         required=False,
         min_value=1,
         max_value=shutdowns.MAX_ALLOWED_DELAY_SECONDS,
-        help_text="Seconds the node is left alone while it restarts; default the setting "
-        "`zoekt_node_restart_delay_seconds` (1800).",
+        help_text="A restart only: seconds the node is left alone while it restarts; "
+        "default the setting `zoekt_node_restart_delay_seconds` (1800).",
+    )
+    target_node_id = serializers.IntegerField(
+        required=False,
+        min_value=1,
+        help_text="A replace only (and required there): the node that receives the data; "
+        "another search node without a live shutdown record of its own.",
+    )
+
+
+class DrainProgressSerializer(serializers.Serializer):
+    """A drain's progress (``zoekt.drains.drain_progress``)."""
+
+    indices_left = serializers.IntegerField(
+        help_text="Index rows still on the node, in any state; the drain completes at 0."
+    )
+    indices_to_move = serializers.IntegerField(
+        help_text="Of them, those not already on their way out (evicted, pending deletion)."
+    )
+    bytes_left = serializers.IntegerField(help_text="Their `used_storage_bytes`.")
+    moves_in_flight = serializers.IntegerField(help_text="This drain's live moves.")
+    moves_done = serializers.IntegerField()
+    moves_parked = serializers.IntegerField()
+    bytes_moved = serializers.IntegerField(help_text="The bytes of this drain's done moves.")
+    first_move_started_at = serializers.DateTimeField(allow_null=True)
+    observed_rate_bytes_per_second = serializers.FloatField(
+        allow_null=True,
+        help_text="`bytes_moved` over the time since the first move started building.",
+    )
+    eta_seconds = serializers.IntegerField(
+        allow_null=True, help_text="`bytes_left` at the observed rate; null until a move is done."
+    )
+    moves_done_on_target = serializers.IntegerField(
+        allow_null=True, help_text="A replace: the done moves that went to the named node."
     )
 
 
@@ -315,14 +348,20 @@ class NodeShutdownSerializer(serializers.Serializer):
         allow_null=True, help_text="Seconds left of a live restart's allowed delay."
     )
     target_node_id = serializers.IntegerField(allow_null=True)
+    target_node_name = serializers.CharField(allow_null=True)
     status = serializers.ChoiceField(choices=["in_progress", "stalled", "complete", "cancelled"])
     status_reason = serializers.CharField(
         allow_null=True,
         help_text="How it completed (`node_returned`, `restart_delay_expired`, "
-        "`node_never_left`, `shutdown_node_deleted`) or why it is stalled.",
+        "`node_never_left`, `node_drained`, `shutdown_node_deleted`, `forced_delete`) or why "
+        "it is stalled (`drain_no_target`, `drain_move_parked`).",
     )
     node_exists = serializers.BooleanField(help_text="False once the node row is deleted.")
     node_online = serializers.BooleanField(help_text="The node heartbeated in the last 30 s.")
+    node_out_of_service = serializers.BooleanField(
+        help_text="The record keeps the node from taking anything new: a restart within its "
+        "delay, a live drain, or a complete drain not yet returned to service."
+    )
     node_left_at = serializers.DateTimeField(
         allow_null=True, help_text="The node's last heartbeat before it was seen away."
     )
@@ -332,4 +371,11 @@ class NodeShutdownSerializer(serializers.Serializer):
     completed_at = serializers.DateTimeField(allow_null=True)
     cancelled_at = serializers.DateTimeField(allow_null=True)
     cancelled_by = serializers.CharField(allow_null=True)
+    returned_to_service_at = serializers.DateTimeField(
+        allow_null=True, help_text="A complete drain: when its node was returned to service."
+    )
+    returned_to_service_by = serializers.CharField(allow_null=True)
+    drain = DrainProgressSerializer(
+        allow_null=True, help_text="A remove's or a replace's progress; null for a restart."
+    )
     details = serializers.JSONField()

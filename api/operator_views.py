@@ -514,16 +514,46 @@ SHUTDOWN_EXAMPLE = {
     "delay_expires_at": "2026-12-04T10:30:00Z",
     "delay_seconds_left": 1500,
     "target_node_id": None,
+    "target_node_name": None,
     "status": "in_progress",
     "status_reason": None,
     "node_exists": True,
     "node_online": False,
+    "node_out_of_service": True,
     "node_left_at": "2026-12-04T10:01:10Z",
     "node_returned_at": None,
     "completed_at": None,
     "cancelled_at": None,
     "cancelled_by": None,
+    "returned_to_service_at": None,
+    "returned_to_service_by": None,
+    "drain": None,
     "details": {},
+}
+DRAIN_EXAMPLE = {
+    **SHUTDOWN_EXAMPLE,
+    "type": "replace",
+    "reason": "move to a 2 TiB volume",
+    "allowed_delay_seconds": None,
+    "delay_expires_at": None,
+    "delay_seconds_left": None,
+    "target_node_id": 9,
+    "target_node_name": "gitlab-zoekt-5",
+    "node_online": True,
+    "node_left_at": None,
+    "drain": {
+        "indices_left": 41,
+        "indices_to_move": 38,
+        "bytes_left": 412316860416,
+        "moves_in_flight": 3,
+        "moves_done": 17,
+        "moves_parked": 0,
+        "bytes_moved": 231928233984,
+        "first_move_started_at": "2026-12-04T10:01:00Z",
+        "observed_rate_bytes_per_second": 16106127.36,
+        "eta_seconds": 25600,
+        "moves_done_on_target": 15,
+    },
 }
 NODE_ID_PARAMETER = OpenApiParameter(
     "node_id", OpenApiTypes.INT, OpenApiParameter.PATH, description="The node's id."
@@ -540,7 +570,7 @@ class NodeShutdownView(OperatorAPIView):
 
     @extend_schema(
         operation_id="node_shutdown_request",
-        summary="Request a node's restart (Elasticsearch's node shutdown shape)",
+        summary="Request a node's restart, removal or replacement (Elasticsearch's shape)",
         description=(
             "Records a shutdown request for the node and answers the record. `restart`: for "
             "`allowed_delay` seconds (default the setting `zoekt_node_restart_delay_seconds`, "
@@ -549,16 +579,26 @@ class NodeShutdownView(OperatorAPIView):
             "of each range. The record completes by itself when the node heartbeats again "
             "after being away with its indexed bytes agreeing with its ready indices "
             "(`node_returned`), or when the delay passes (`restart_delay_expired`: today's "
-            "lost-node handling applies again; `node_never_left`). `remove` and `replace` are "
-            "not available yet (400 naming `type`). One live record per node: a second "
-            "request is a 409 naming `node_id` until the first completes or is cancelled."
+            "lost-node handling applies again; `node_never_left`). `remove`: the node is "
+            "drained: every index is moved off it (trigger `drain`, biggest first, within the "
+            "move throttles, each swapped only once its replacement serves); it takes nothing "
+            "new; the record is `stalled` while an index has nowhere to go and completes "
+            "(`node_drained`) when the node holds no index. `replace`: the same, each move "
+            "placed on `target_node_id` where it fits, elsewhere (recorded) where it does not. "
+            "`allowed_delay` goes with a restart only, `target_node_id` with a replace only "
+            "(required there; a 400 naming it when missing, unknown, the node itself, not a "
+            "search node, or a node with a live record of its own or drained). One live record "
+            "per node: a second request is a 409 naming `node_id` until the first completes or "
+            "is cancelled (also while the node receives a live replace's data)."
         ),
         tags=TAG_ADMIN,
         parameters=[NODE_ID_PARAMETER],
         request=s.NodeShutdownRequestSerializer,
         responses={
             201: s.NodeShutdownSerializer,
-            400: _error("Bad input, naming the field (`type`, `reason`, `allowed_delay`)"),
+            400: _error(
+                "Bad input, naming the field (`type`, `reason`, `allowed_delay`, `target_node_id`)"
+            ),
             **COMMON_ERRORS,
             404: _error("No such node"),
             409: _error("The node already has a live shutdown record"),
@@ -567,6 +607,11 @@ class NodeShutdownView(OperatorAPIView):
             OpenApiExample(
                 "Restart for an upgrade",
                 value={"type": "restart", "reason": "Zoekt 1.18 upgrade", "allowed_delay": 1800},
+                request_only=True,
+            ),
+            OpenApiExample(
+                "Replace onto a bigger node",
+                value={"type": "replace", "reason": "bigger volume", "target_node_id": 9},
                 request_only=True,
             ),
             OpenApiExample(
@@ -584,6 +629,7 @@ class NodeShutdownView(OperatorAPIView):
             reason=data["reason"],
             requested_by=request.user.username,
             allowed_delay=data.get("allowed_delay"),
+            target_node_id=data.get("target_node_id"),
         )
         return Response(shutdowns.describe(record), status=status.HTTP_201_CREATED)
 
@@ -592,7 +638,10 @@ class NodeShutdownView(OperatorAPIView):
         summary="A node's shutdown record: the live one, else the latest",
         description=(
             "The record with its computed fields: `delay_seconds_left` of a live restart, "
-            "`node_online` (a heartbeat in the last 30 s). 404 when the node has none."
+            "`node_online` (a heartbeat in the last 30 s), `node_out_of_service`, and for a "
+            "remove or a replace its `drain` progress: indices and bytes left, moves in "
+            "flight and done, bytes moved, the observed rate and the ETA. 404 when the node "
+            "has none."
         ),
         tags=TAG_ADMIN,
         parameters=[NODE_ID_PARAMETER],
@@ -604,7 +653,10 @@ class NodeShutdownView(OperatorAPIView):
         examples=[
             OpenApiExample(
                 "Restarting", value=SHUTDOWN_EXAMPLE, response_only=True, status_codes=["200"]
-            )
+            ),
+            OpenApiExample(
+                "Replacing", value=DRAIN_EXAMPLE, response_only=True, status_codes=["200"]
+            ),
         ],
     )
     def get(self, request, node_id: int):
@@ -615,17 +667,22 @@ class NodeShutdownView(OperatorAPIView):
 
     @extend_schema(
         operation_id="node_shutdown_cancel",
-        summary="Cancel a node's live shutdown record",
+        summary="Cancel a node's live shutdown record, or return a drained node to service",
         description=(
             "The live record becomes `cancelled`, with the operator's name and the time; the "
-            "node is under the usual rules again at once. 404 when no record is live."
+            "node is under the usual rules again at once. A drain cancelled in the middle "
+            "winds its moves down in the same transaction (`details.cancel`): moves past "
+            "building finish, planned ones are cancelled and building ones parked "
+            "(`drain_cancelled`: the replacement retired, the old copy still serves). With no "
+            "live record, a node whose drain is complete is returned to service (it takes "
+            "placements again; `returned_to_service_at` and `_by`). 404 when there is neither."
         ),
         tags=TAG_ADMIN,
         parameters=[NODE_ID_PARAMETER],
         responses={
             200: s.NodeShutdownSerializer,
             **COMMON_ERRORS,
-            404: _error("No such node, or no live shutdown record"),
+            404: _error("No such node, or no live record and no complete drain to undo"),
         },
     )
     def delete(self, request, node_id: int):

@@ -109,8 +109,9 @@ def run_node_level(*, now: datetime | None = None) -> dict[str, Any]:
     settings = app_settings.current()
     rules = policy_from_settings(settings)
     end_cooldowns(now=now)
-    # A node being restarted is neither evicted from nor a target (docs/operations.md).
-    online = Node.objects.for_search().online(now).not_in_restart(now)
+    # A node being restarted or drained is neither evicted from nor a target (the drain
+    # moves its indices off already; docs/operations.md).
+    online = Node.objects.for_search().online(now).not_in_shutdown(now)
     hot = list(online.high_watermark_exceeded().order_by("id"))
     if not hot:
         return {"skipped": Reason.CONDITION_NOT_MET, "nodes_over_high_watermark": 0}
@@ -151,7 +152,7 @@ def run_index_watermark(*, now: datetime | None = None) -> dict[str, Any]:
     critical = index_rows(
         Index.objects.should_be_pending_eviction()
         .exclude(id__in=_moving_index_ids())
-        .exclude(zoekt_node__in=Node.objects.in_restart(now))
+        .exclude(zoekt_node__in=Node.objects.in_shutdown(now))
         .order_by("id")[:PENDING_EVICTION_BATCH_SIZE]
     )
     if not critical:
@@ -174,7 +175,7 @@ def run_negative_unclaimed(node_ids: list[int], *, now: datetime | None = None) 
     nodes = list(
         Node.objects.for_search()
         .filter(id__in=node_ids)
-        .not_in_restart(now)
+        .not_in_shutdown(now)
         .negative_unclaimed_storage_bytes()
         .order_by("id")
     )

@@ -1,6 +1,7 @@
 """Beat entries of the eviction package's own jobs, declared in code (merged into
 ``config.celery``). The three triggers are dispatched by the scheduling service;
-moving what they chose on is this entry's. Plain data with no Django import."""
+moving what they chose on is these entries', and so is draining nodes. Plain data
+with no Django import."""
 
 from __future__ import annotations
 
@@ -10,8 +11,12 @@ from zoekt.beat import every
 ADVANCE_MOVES_SECONDS = 60
 #: How often the memory-pressure job reads the nodes (``eviction.memory_pressure``).
 MEMORY_PRESSURE_SECONDS = 300
+#: How often each live drain (a node being removed or replaced) gets a pass
+#: (``eviction.drain``).
+DRAIN_NODES_SECONDS = 60
 
 EVICTION_BEAT: dict[str, dict] = {
     "advance-moves": every("eviction.advance_moves", ADVANCE_MOVES_SECONDS),
     "memory-pressure": every("eviction.memory_pressure", MEMORY_PRESSURE_SECONDS),
+    "drain-nodes": every("eviction.drain_nodes", DRAIN_NODES_SECONDS),
 }

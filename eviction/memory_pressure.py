@@ -94,7 +94,7 @@ def run_memory_pressure(*, now: datetime | None = None) -> dict[str, Any]:
     configured = settings.node_memory_budget_bytes
     if not (settings.memory_pressure_moves and settings.eviction_moves) or configured is None:
         return {"skipped": "memory_pressure_moves_off"}
-    rows = list(Node.objects.for_search().online(now).not_in_restart(now))
+    rows = list(Node.objects.for_search().online(now).not_in_shutdown(now))
     ids = [node.id for node in rows]
     estimates = memory.estimated_memory_by_node(ids, settings.memory_ratio)
     inbound_bytes = moves.live_bytes_by_node("target_node_id")

@@ -58,7 +58,6 @@ from zoekt.models import (
     Index,
     Move,
     Node,
-    NodeShutdown,
     Replica,
     Repository,
     Task,
@@ -153,6 +152,8 @@ def try_start(
         .filter(n__gte=settings.move_max_per_target)
         .values_list("target_node_id", flat=True)
     )
+    if move.details.get("replace_target_node_id") is not None:
+        _check_replace_target(move, index, ceiling=ceiling, settings=settings, now=now)
     if move.details.get("carve") or move.details.get("planned_target_node_id"):
         target, skipped_busy = planned_target(move, index, now=now, busy=busy)
     else:
@@ -178,6 +179,63 @@ def try_start(
         return Reason.MOVE_THROTTLED
     _build(move, index, target, now)
     return None
+
+
+def _check_replace_target(
+    move: Move, index: Index, *, ceiling: float, settings: app_settings.ZoektSettings, now: datetime
+) -> None:
+    """A replace's move goes to the named node (``planned_target_node_id``) while
+    ``target_refusal`` (the target rules every move obeys) does not refuse it, asked
+    again each time the move is about to start; when it does, the move falls back to
+    the balanced choice for good, and says why (``details.replace_fallback``). Falling
+    back rather than waiting: a target that cannot take this index now (it holds
+    another index of the namespace, or its disk or memory is short) may never take it,
+    and the node being replaced must empty."""
+    named = move.details["replace_target_node_id"]
+    if move.details.get("planned_target_node_id") != named:
+        return  # fell back already
+    node = Node.objects.filter(id=named).first()
+    if node is None:
+        refusal = Reason.MOVE_TARGET_OFFLINE  # its row is gone
+    else:
+        facts = target_facts(index, move.bytes, [node], ceiling=ceiling, settings=settings, now=now)
+        refusal = target_refusal(node, facts)
+    if refusal is None:
+        return
+    details = {key: value for key, value in move.details.items() if key != "planned_target_node_id"}
+    details["replace_fallback"] = {
+        "target_node_id": named,
+        "reason": str(Reason.REPLACE_TARGET_DOES_NOT_FIT),
+        "refused_by": str(refusal),
+        "at": now.isoformat(),
+    }
+    move.details = details
+    move.save(update_fields=["details", "updated_at"])
+    log.info("replace_target_fallback", move_id=move.id, target_node_id=named, refusal=refusal)
+
+
+def turn_back(move: Move, reason: Reason, now: datetime) -> str:
+    """A replacement building on a node that is now being drained: retired (the source
+    never stopped serving) and the move planned again at once, for another node (its
+    target joins ``failed_targets``). Not a failed attempt: nothing failed. The caller
+    holds the move's row lock."""
+    actions.do_retire_replacement(move, now=now)
+    failed = sorted({*move.details.get("failed_targets", []), move.target_node_id} - {None})
+    turned = [
+        *move.details.get("turned_back", []),
+        {"at": now.isoformat(), "reason": str(reason), "target_node_id": move.target_node_id},
+    ]
+    log.info("move_turned_back", move_id=move.id, target_node_id=move.target_node_id)
+    return move.transition(
+        Move.State.PLANNED,
+        now,
+        reason=str(reason),
+        target_node=None,
+        replacement_replica=None,
+        replacement_index=None,
+        deadline_at=None,
+        details={**move.details, "failed_targets": failed, "turned_back": turned},
+    )
 
 
 def start_planned_move(
@@ -252,7 +310,8 @@ def choose_target(
     (``busy``): then the move waits rather than gives up.
 
     Candidates: the nodes ``target_refusal`` does not refuse: online search nodes,
-    not cooling down, not being restarted or shut down (docs/operations.md),
+    not cooling down, not being restarted or drained (``Node.objects.in_shutdown``,
+    docs/operations.md),
     holding no index of the namespace (the source included), and, while memory
     planning is on, not over the high memory watermark and with the memory for it
     (``_memory_room``). Headroom is real disk: the node's used bytes, plus the
@@ -298,7 +357,8 @@ class TargetFacts:
     holding: frozenset[int]
     #: Nodes in a restart's allowed delay (``Node.objects.in_restart``).
     restarting: frozenset[int]
-    #: Nodes with a live ``remove`` or ``replace`` shutdown record.
+    #: Nodes being drained (a live ``remove`` or ``replace``), or drained and not
+    #: returned to service (``Node.objects.in_shutdown``, restarts aside).
     shutting_down: frozenset[int]
     #: ``{node id: bytes of the live moves heading to it}``.
     inbound: dict[int, int]
@@ -319,9 +379,8 @@ def target_facts(
 ) -> TargetFacts:
     """The facts ``target_refusal`` needs for ``index`` going to any of ``nodes``."""
     configured = settings.node_memory_budget_bytes
-    leaving = NodeShutdown.objects.live().filter(
-        type__in=(NodeShutdown.Type.REMOVE, NodeShutdown.Type.REPLACE), node__isnull=False
-    )
+    restarting = frozenset(Node.objects.in_restart(now).values_list("id", flat=True))
+    held = frozenset(Node.objects.in_shutdown(now).values_list("id", flat=True))
     return TargetFacts(
         index=index,
         size_bytes=size_bytes,
@@ -332,8 +391,8 @@ def target_facts(
                 zoekt_enabled_namespace_id=index.zoekt_enabled_namespace_id
             ).values_list("zoekt_node_id", flat=True)
         ),
-        restarting=frozenset(Node.objects.in_restart(now).values_list("id", flat=True)),
-        shutting_down=frozenset(leaving.values_list("node_id", flat=True)),
+        restarting=restarting,
+        shutting_down=held - restarting,
         inbound=live_bytes_by_node("target_node_id"),
         memory_budget=configured,
         room=_memory_room(index, nodes, settings) if configured is not None else None,
@@ -392,10 +451,12 @@ def _memory_room(index: Index, candidates: list[Node], settings: app_settings.Zo
 def planned_target(
     move: Move, index: Index, *, now: datetime, busy: set[int] = frozenset()
 ) -> tuple[Node | None, bool]:
-    """A re-split's carve (or a memory-pressure move) goes to the node its plan chose,
-    while that node is online for search, is not being restarted and holds no index of
-    the namespace (the plan checked its disk and memory). A move by hand goes to the
-    node the operator named while ``target_refusal`` still does not refuse it."""
+    """A re-split's carve (or a memory-pressure move, or a replace's move) goes to the node
+    its plan chose, while that node is online for search, is not being restarted or
+    drained and holds no index of the namespace (the plan checked its disk and memory;
+    a replace's move asks ``target_refusal`` first, ``_check_replace_target``). A move
+    by hand goes to the node the operator named while ``target_refusal`` still does not
+    refuse it."""
     carve = move.details.get("carve")
     node_id = carve["node_id"] if carve else move.details["planned_target_node_id"]
     holding = Index.objects.filter(
@@ -404,7 +465,7 @@ def planned_target(
     node = (
         Node.objects.for_search()
         .online(now)
-        .not_in_restart(now)
+        .not_in_shutdown(now)
         .exclude(id__in=holding)
         .filter(id=node_id)
         .first()
@@ -582,14 +643,13 @@ def _park(move: Move, reason: Reason, now: datetime) -> str:
     """The build failed: retire what was built (the source still serves), then try
     again after a backoff (another target, for a move that chose its own), or, out of
     attempts, park: say why, keep the record, wait for an operator."""
-    if move.replacement_replica_id:
-        actions.do_evict_replicas([move.replacement_replica_id], now=now)
     attempts = int(move.details.get("attempts", 1))
     history = [
         *move.details.get("failures", []),
         {"at": now.isoformat(), "reason": str(reason), "target_node_id": move.target_node_id},
     ]
     if attempts < MAX_ATTEMPTS:
+        actions.do_retire_replacement(move, now=now)
         wait = RETRY_BACKOFF_SECONDS * 2 ** (attempts - 1)
         failed = sorted({*move.details.get("failed_targets", []), move.target_node_id} - {None})
         log.warning("move_retrying", move_id=move.id, reason=str(reason), wait_seconds=wait)
@@ -609,12 +669,8 @@ def _park(move: Move, reason: Reason, now: datetime) -> str:
                 "failures": history,
             },
         )
-    log.warning("move_parked", move_id=move.id, reason=str(reason))
-    return move.transition(
-        Move.State.PARKED,
-        now,
-        reason=str(reason),
-        details={**move.details, "failures": history},
+    return actions.do_park_move(
+        move, reason, details={**move.details, "failures": history}, now=now
     )
 
 

@@ -190,7 +190,7 @@ def plan_resplit(
     home = (
         Node.objects.for_search()
         .online(now)
-        .not_in_restart(now)
+        .not_in_shutdown(now)
         .with_unclaimed_storage_bytes()
         .filter(id=source.zoekt_node_id)
         .values_list("id", "annotated_unclaimed_storage_bytes", "metadata", "total_bytes")
@@ -198,7 +198,8 @@ def plan_resplit(
     )
     if home is None:
         raise ResplitError(
-            f"the index's node {source.zoekt_node_id} is not online for search, or is restarting"
+            f"the index's node {source.zoekt_node_id} is not online for search, or is "
+            "restarting or being drained"
         )
     # The source's node takes part as if the index were not there: its reservation back.
     nodes.append(

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from eviction import actions, memory_pressure, moves
+from eviction import actions, drain, memory_pressure, moves
 from zoekt.locks import LockKey
 from zoekt.scheduling.events import run_event
 
@@ -75,3 +75,10 @@ def memory_pressure_task() -> dict:
         memory_pressure.run_memory_pressure,
         lock=LockKey.EVICTION_MEMORY_PRESSURE,
     )
+
+
+@shared_task(name="eviction.drain_nodes")
+def drain_nodes_task() -> dict:
+    """One pass over every live drain (``eviction.drain``): nodes being removed or replaced.
+    Row locks, not a global lock: two runs at once pass over each other's records."""
+    return run_event("drain_nodes", drain.run_drains)

@@ -35,8 +35,10 @@ GitLab's ``SelectionService``, at the database edge of the planner:
   docs/eviction.md) takes no new index either: it is listed in
   ``cooling_excluded`` (reason ``node_eviction_cooldown``), so a node that
   just evicted is not handed its namespaces straight back. A node an operator
-  is restarting, within its allowed delay (``Node.objects.in_restart``,
-  docs/operations.md), is no candidate either (in the same query).
+  is restarting, within its allowed delay, or draining (a live remove or
+  replace, or a drain complete and its node not returned to service;
+  ``Node.objects.in_shutdown``, docs/operations.md), is no candidate either
+  (in the same query).
 
 The two lists form the *resource pool* the loader turns into a scenario.
 The cost is two queries per 5,000 enabled namespaces walked plus one for the
@@ -257,10 +259,11 @@ class SelectionService:
         While memory planning is on, nodes at or over the high memory
         watermark are left out (and recorded in ``memory_excluded``).
         """
-        # A node an operator is restarting takes nothing new (docs/operations.md).
+        # A node an operator is restarting or draining takes nothing new
+        # (docs/operations.md).
         rows = (
             Node.objects.available_for_search_indexing(self.now)
-            .not_in_restart(self.now)
+            .not_in_shutdown(self.now)
             .values_list(
                 "id",
                 "annotated_unclaimed_storage_bytes",

@@ -282,11 +282,16 @@ class Replay:
                 )
             )
         jobs.append(BeatJob("rollout", ROLLOUT_PERIOD, self._rollout))
-        from eviction.beat import ADVANCE_MOVES_SECONDS, MEMORY_PRESSURE_SECONDS
-        from eviction.tasks import advance_moves_task, memory_pressure_task
+        from eviction.beat import (
+            ADVANCE_MOVES_SECONDS,
+            DRAIN_NODES_SECONDS,
+            MEMORY_PRESSURE_SECONDS,
+        )
+        from eviction.tasks import advance_moves_task, drain_nodes_task, memory_pressure_task
 
         jobs.append(BeatJob("advance_moves", ADVANCE_MOVES_SECONDS, advance_moves_task))
         jobs.append(BeatJob("memory_pressure", MEMORY_PRESSURE_SECONDS, memory_pressure_task))
+        jobs.append(BeatJob("drain_nodes", DRAIN_NODES_SECONDS, drain_nodes_task))
         jobs.append(BeatJob("calibrate_memory_ratio", HOURLY, calibrate_memory_ratio_task))
         return jobs
 

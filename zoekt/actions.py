@@ -23,9 +23,9 @@ from django.db import connection, transaction
 from django.db.models import DateTimeField, Exists, F, OuterRef, Q, Value
 from django.db.models.functions import Greatest
 
-from zoekt import app_settings, capacity, clock, hooks, locks, shutdowns, transitions
+from zoekt import app_settings, capacity, clock, hooks, locks, restarts, transitions
 from zoekt.logging import get_logger
-from zoekt.models import HandledTaskFailure, Index, Node, Replica, Repository, Task
+from zoekt.models import HandledTaskFailure, Index, Move, Node, Replica, Repository, Task
 
 log = get_logger(__name__)
 
@@ -187,11 +187,11 @@ def do_heartbeat(node_uuid: uuid.UUID, data: dict) -> HeartbeatReply:
 
     settings_now = app_settings.current()
     # A node being restarted: read its previous heartbeat before this one is written, so
-    # the record can tell that it went away and came back (zoekt.shutdowns).
-    restarting = shutdowns.live_restart_before_heartbeat(node_uuid)
+    # the record can tell that it went away and came back (zoekt.restarts).
+    restarting = restarts.live_restart_before_heartbeat(node_uuid)
     result = do_record_heartbeat(node_uuid, data)
     if restarting is not None:
-        shutdowns.do_observe_node_heartbeat(*restarting)
+        restarts.do_observe_node_heartbeat(*restarting)
     limit = capacity.concurrency_limit(
         result.metadata.get("concurrency"),
         result.metadata.get("concurrency_override"),
@@ -461,3 +461,22 @@ def do_evict_replicas(replica_ids: list[int], *, now=None) -> EvictedReplicas:
         )
         _, per_model = Replica.objects.filter(id__in=replica_ids).delete()
     return EvictedReplicas(per_model.get(Replica._meta.label, 0), evicted)
+
+
+def do_retire_replacement(move: Move, *, now=None) -> EvictedReplicas:
+    """Retire what a move built: its build replica is evicted (the replacement index
+    with it), and the source, which never stopped serving, stays. In the caller's
+    transaction, with the move row locked; the move's state is the caller's to change."""
+    if not move.replacement_replica_id:
+        return EvictedReplicas(0, 0)
+    return do_evict_replicas([move.replacement_replica_id], now=now)
+
+
+def do_park_move(move: Move, reason: str, *, details: dict, now=None) -> str:
+    """Give a building move up for good: retire its replacement, then park it with its
+    reason; the record waits for an operator. The one park path: a move out of
+    attempts (``eviction.moves``) and a drain cancelled mid-move (``zoekt.drains``)."""
+    now = now or clock.now()
+    do_retire_replacement(move, now=now)
+    log.warning("move_parked", move_id=move.id, reason=str(reason))
+    return move.transition(Move.State.PARKED, now, reason=str(reason), details=details)

@@ -25,8 +25,10 @@ import json
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.actions import delete_selected as django_delete_selected
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import transaction
 from django.db.models import Case, Count, F, FloatField, Q, Value, When
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast
@@ -34,7 +36,7 @@ from django.shortcuts import redirect
 from django.urls import reverse
 from django.utils.html import format_html
 
-from zoekt import app_settings, capacity, memory, shutdowns
+from zoekt import app_settings, capacity, memory, node_deletion, shutdowns
 from zoekt.capacity import NodeWatermark
 from zoekt.models import (
     ApplicationSetting,
@@ -390,7 +392,7 @@ class NodeAdmin(SaveChangedFieldsMixin, admin.ModelAdmin):
     list_filter = (OnlineFilter, DiskWatermarkFilter, "schema_version")
     search_fields = ("uuid", "metadata__name", "index_base_url", "search_base_url")
     ordering = ("id",)
-    actions = ("request_restart", "cancel_shutdown")
+    actions = ("request_restart", "request_drain", "cancel_shutdown", "delete_selected")
     fieldsets = (
         (
             "Identity",
@@ -501,7 +503,23 @@ class NodeAdmin(SaveChangedFieldsMixin, admin.ModelAdmin):
             ),
         )
 
-    @admin.action(description="Cancel the live shutdown record")
+    @admin.action(description="Drain (remove): move every index off the node")
+    def request_drain(self, request, queryset):
+        """A remove record per selected node, by the signed-in operator: the drain job moves
+        its indices off; it takes nothing new (docs/operations.md)."""
+        self._each(
+            request,
+            queryset,
+            "drain requested",
+            lambda node: shutdowns.do_request_node_shutdown(
+                node.id,
+                type="remove",
+                reason="requested from the admin",
+                requested_by=request.user.get_username(),
+            ),
+        )
+
+    @admin.action(description="Cancel the live shutdown record (or return a drained node)")
     def cancel_shutdown(self, request, queryset):
         self._each(
             request,
@@ -511,6 +529,66 @@ class NodeAdmin(SaveChangedFieldsMixin, admin.ModelAdmin):
                 node.id, cancelled_by=request.user.get_username()
             ),
         )
+
+    # --- deleting a node: refused while it holds a last ready copy (zoekt.node_deletion) --
+    delete_confirmation_template = "admin/zoekt/node/delete_confirmation.html"
+    delete_selected_confirmation_template = "admin/zoekt/node/delete_selected_confirmation.html"
+
+    def delete_view(self, request, object_id, extra_context=None):
+        """Django's delete page, which names the ranges only this node holds ready and asks
+        for a confirmation to force; a refused delete comes back to it with why."""
+        extra = dict(extra_context or {})
+        if str(object_id).isdigit():
+            extra["last_copies"] = node_deletion.last_copies(int(object_id))
+        try:
+            return super().delete_view(request, object_id, extra)
+        except node_deletion.HoldsLastCopy as error:
+            self.message_user(request, str(error), messages.ERROR)
+            return redirect(request.path)
+
+    def get_deleted_objects(self, objs, request):
+        """What a delete takes with it, listed as Django lists it; the node's indices and
+        repositories go through ``zoekt.node_deletion`` (their own admins are view-only,
+        which would otherwise forbid the delete)."""
+        deleted, counts, _perms_needed, protected = super().get_deleted_objects(objs, request)
+        return deleted, counts, set(), protected
+
+    def delete_model(self, request, obj):
+        node_deletion.do_delete_node(
+            obj.id,
+            deleted_by=request.user.get_username(),
+            force=request.POST.get("force") == "yes",
+        )
+
+    def delete_queryset(self, request, queryset):
+        """The bulk delete: every node through the same refusal, all or none (the caller's
+        transaction, ``delete_selected``)."""
+        force = request.POST.get("force") == "yes"
+        for node in queryset.order_by("id"):
+            node_deletion.do_delete_node(
+                node.id, deleted_by=request.user.get_username(), force=force
+            )
+
+    @admin.action(
+        description="Delete selected nodes (refused for a node holding a last ready copy)",
+        permissions=["delete"],
+    )
+    def delete_selected(self, request, queryset):
+        """Django's bulk delete in one transaction; its confirmation page names each node's
+        last ready copies and asks for a confirmation to force."""
+        try:
+            with transaction.atomic():
+                response = django_delete_selected(self, request, queryset)
+        except node_deletion.HoldsLastCopy as error:
+            self.message_user(request, str(error), messages.ERROR)
+            return None
+        if response is not None and getattr(response, "context_data", None) is not None:
+            response.context_data["last_copies"] = [
+                (node, copies)
+                for node in queryset.order_by("id")
+                if (copies := node_deletion.last_copies(node.id))
+            ]
+        return response
 
     def _each(self, request, queryset, done: str, call) -> None:
         for node in queryset.order_by("id"):

@@ -1017,8 +1017,11 @@ class NodeShutdown(ClockStampedModel):
     which the database enforces; records stay after they complete or are
     cancelled, as the node's maintenance history. A restart keeps the node's
     indices through its allowed delay (docs/operations.md); ``zoekt.shutdowns``
-    decides when it completes. The status changes only through ``transition``
-    and its table (``TRANSITIONS``).
+    decides when it completes. A remove or a replace drains the node: every
+    index is moved off (``eviction.drain``), and the record completes when the
+    node holds none; the node then stays out of placement until an operator
+    returns it to service (``returned_to_service_at``) or deletes its row. The
+    status changes only through ``transition`` and its table (``TRANSITIONS``).
     """
 
     class Type(models.TextChoices):
@@ -1034,6 +1037,8 @@ class NodeShutdown(ClockStampedModel):
 
     #: The statuses in which the record is live (one per node at most).
     LIVE = (Status.IN_PROGRESS, Status.STALLED)
+    #: The types that move every index off the node (a drain).
+    DRAINS = (Type.REMOVE, Type.REPLACE)
     #: The one transition table (``transition``): from each status, the statuses it may go to.
     TRANSITIONS: dict[str, frozenset[str]] = {
         Status.IN_PROGRESS: frozenset({Status.STALLED, Status.COMPLETE, Status.CANCELLED}),
@@ -1063,7 +1068,7 @@ class NodeShutdown(ClockStampedModel):
     #: A restart's allowed delay, and its end (``requested_at`` plus the delay).
     allowed_delay_seconds = models.IntegerField(null=True, blank=True)
     delay_expires_at = models.DateTimeField(null=True, blank=True)
-    #: A replace's receiving node (not requestable yet).
+    #: A replace's receiving node.
     target_node = models.ForeignKey(
         Node, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -1077,7 +1082,12 @@ class NodeShutdown(ClockStampedModel):
     completed_at = models.DateTimeField(null=True, blank=True)
     cancelled_at = models.DateTimeField(null=True, blank=True)
     cancelled_by = models.CharField(max_length=150, blank=True, default="")
-    #: What the completion saw (bytes reported and expected, handled as lost).
+    #: A complete drain (remove or replace) keeps its node out of placement until an
+    #: operator returns the node to service: when, and who (not a status change).
+    returned_to_service_at = models.DateTimeField(null=True, blank=True)
+    returned_to_service_by = models.CharField(max_length=150, blank=True, default="")
+    #: What the completion saw (bytes reported and expected, handled as lost); a drain's
+    #: indices with nowhere to go, replicas retired, moves wound down at a cancel.
     details = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(default=clock.now, editable=False)
     updated_at = models.DateTimeField(default=clock.now, editable=False)
@@ -1113,6 +1123,21 @@ class NodeShutdown(ClockStampedModel):
         if self.delay_expires_at is None or not self.live:
             return None
         return max(int((self.delay_expires_at - now).total_seconds()), 0)
+
+    @property
+    def drain(self) -> bool:
+        """A remove or a replace: every index is moved off the node."""
+        return self.type in self.DRAINS
+
+    @property
+    def holds_node_out(self) -> bool:
+        """A complete drain whose node no operator has returned to service yet."""
+        return (
+            self.drain
+            and self.status == self.Status.COMPLETE
+            and self.node_id is not None
+            and self.returned_to_service_at is None
+        )
 
     def within_delay(self, now: datetime) -> bool:
         """A live restart whose allowed delay has not passed: the node is left alone."""

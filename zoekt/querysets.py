@@ -69,6 +69,9 @@ class NodeQuerySet(models.QuerySet):
         return self.filter(services__contains=[_model("Node").Service.ZOEKT])
 
     # --- maintenance (docs/operations.md) ------------------------------------------------
+    # ``in_restart``: what lost-node handling, the lost-index-data check and search
+    # routing leave alone. ``in_shutdown``: what placement, move targets, eviction and
+    # memory-pressure moves leave alone (a restart, a drain, a drained node).
     @staticmethod
     def restart_hold(now: datetime | None = None) -> Exists:
         """True for a node with a live restart record still within its allowed delay."""
@@ -84,6 +87,29 @@ class NodeQuerySet(models.QuerySet):
 
     def not_in_restart(self, now: datetime | None = None) -> NodeQuerySet:
         return self.filter(~self.restart_hold(now))
+
+    @staticmethod
+    def shutdown_hold(now: datetime | None = None) -> Exists:
+        """True for a node an operator is taking out of service: a live restart within its
+        allowed delay, a live remove or replace (a drain), or a complete drain whose node
+        no operator has returned to service (Elasticsearch: a node with a shutdown record
+        stays excluded until the record is deleted)."""
+        drains = ("remove", "replace")
+        held = (
+            Q(status__in=("in_progress", "stalled"), type="restart")
+            & Q(delay_expires_at__gt=now or clock.now())
+            | Q(status__in=("in_progress", "stalled"), type__in=drains)
+            | Q(status="complete", type__in=drains, returned_to_service_at__isnull=True)
+        )
+        return Exists(_model("NodeShutdown").objects.filter(held, node=OuterRef("pk")))
+
+    def in_shutdown(self, now: datetime | None = None) -> NodeQuerySet:
+        """Nodes that take nothing new (placement, move targets) and are chosen for no
+        eviction or move: being restarted, drained, or drained and not yet returned."""
+        return self.filter(self.shutdown_hold(now))
+
+    def not_in_shutdown(self, now: datetime | None = None) -> NodeQuerySet:
+        return self.filter(~self.shutdown_hold(now))
 
     def searchable(self, now: datetime | None = None) -> NodeQuerySet:
         """Nodes a search may go to: online, for_search, and healthy by ``zoekt.search_health``.

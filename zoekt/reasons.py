@@ -115,3 +115,15 @@ class Reason(enum.StrEnum):
     MOVE_TARGET_NO_DISK_ROOM = "move_target_no_disk_room"
     MOVE_TARGET_OVER_MEMORY_WATERMARK = "move_target_over_memory_watermark"
     MOVE_TARGET_NO_MEMORY_ROOM = "move_target_no_memory_room"
+    # Drains (a remove or a replace; eviction.drain, zoekt.drains): how one completed,
+    # why it is stalled, what it did to a move, why a node is no candidate, and why a
+    # node's row was not deleted (zoekt.node_deletion)
+    NODE_DRAINED = "node_drained"
+    NODE_IN_DRAIN = "node_in_drain"
+    DRAIN_NO_TARGET = "drain_no_target"
+    DRAIN_MOVE_PARKED = "drain_move_parked"
+    DRAIN_CANCELLED = "drain_cancelled"
+    DRAIN_REPLICA_NOT_SERVING = "drain_replica_not_serving"
+    REPLACE_TARGET_DOES_NOT_FIT = "replace_target_does_not_fit"
+    NODE_HOLDS_LAST_COPY = "node_holds_last_copy"
+    FORCED_DELETE = "forced_delete"

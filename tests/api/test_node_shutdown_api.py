@@ -2,9 +2,10 @@
 
 Staff only (the operator API's authentication, tested with the other endpoints
 in test_operator_api.py). A request is recorded with the operator's name and
-the allowed delay; a bad one is a 400 naming its field and writes nothing; a
-second live record is refused by the database (a 409 naming ``node_id``);
-``remove`` and ``replace`` say they are not available yet.
+the allowed delay (a restart) or the target node (a replace); a bad one is a 400
+naming its field and writes nothing; a second live record is refused by the
+database (a 409 naming ``node_id``); a drain's progress is in ``drain``; a
+``DELETE`` cancels, or returns a drained node to service.
 """
 
 from __future__ import annotations
@@ -92,8 +93,27 @@ def test_a_restart_may_give_its_own_delay(api, node, now):
     [
         pytest.param({"reason": "x"}, "type", "required", id="type-missing"),
         pytest.param({"type": "reboot", "reason": "x"}, "type", "", id="type-unknown"),
-        pytest.param({"type": "remove", "reason": "x"}, "type", "not available yet", id="remove"),
-        pytest.param({"type": "replace", "reason": "x"}, "type", "not available yet", id="replace"),
+        pytest.param(
+            {"type": "replace", "reason": "x"}, "target_node_id", "names the node", id="replace"
+        ),
+        pytest.param(
+            {"type": "replace", "reason": "x", "target_node_id": "next"},
+            "target_node_id",
+            "",
+            id="target-not-a-number",
+        ),
+        pytest.param(
+            {"type": "remove", "reason": "x", "allowed_delay": 60},
+            "allowed_delay",
+            "only a restart",
+            id="remove-with-a-delay",
+        ),
+        pytest.param(
+            {"type": "restart", "reason": "x", "target_node_id": 1},
+            "target_node_id",
+            "only a replace",
+            id="restart-with-a-target",
+        ),
         pytest.param({"type": "restart"}, "reason", "required", id="reason-missing"),
         pytest.param({"type": "restart", "reason": "  "}, "reason", "", id="reason-blank"),
         pytest.param(
@@ -207,4 +227,116 @@ def test_cancel_without_a_live_record_is_a_404_and_changes_nothing(api, node):
     before = records()
 
     assert_error(api.delete(url(node.id)), 404, "node_id", "no live shutdown record")
+    assert records() == before
+
+
+# --- remove and replace ------------------------------------------------------------------------
+
+
+def test_a_remove_is_recorded_and_its_drain_progress_shown(api, node):
+    response = api.put(url(node.id), {"type": "remove", "reason": "fewer nodes"}, format="json")
+
+    assert response.status_code == 201, response.content
+    body = response.json()
+    assert (body["type"], body["status"], body["requested_by"]) == (
+        "remove",
+        "in_progress",
+        "ops-alice",
+    )
+    assert body["allowed_delay_seconds"] is None and body["delay_seconds_left"] is None
+    assert body["node_out_of_service"] is True
+    assert body["drain"]["indices_left"] == 0 and body["drain"]["eta_seconds"] is None
+    assert api.get(url(node.id)).json()["drain"] == body["drain"]
+
+
+def test_a_replace_is_recorded_with_its_target(api, node):
+    target = NodeFactory(metadata={"name": "gitlab-zoekt-9"})
+
+    response = api.put(
+        url(node.id),
+        {"type": "replace", "reason": "bigger volume", "target_node_id": target.id},
+        format="json",
+    )
+
+    assert response.status_code == 201, response.content
+    body = response.json()
+    assert (body["target_node_id"], body["target_node_name"]) == (target.id, "gitlab-zoekt-9")
+    assert body["drain"]["moves_done_on_target"] == 0
+    assert NodeShutdown.objects.get().target_node_id == target.id
+
+
+@pytest.mark.parametrize(
+    ("target", "part"),
+    [
+        pytest.param("unknown", "not found", id="unknown"),
+        pytest.param("itself", "another node", id="itself"),
+        pytest.param("restarting", "live shutdown record of its own", id="live-record"),
+        pytest.param("drained", "out of service", id="drained"),
+        pytest.param("not-search", "not a search node", id="not-a-search-node"),
+    ],
+)
+def test_a_replace_whose_target_cannot_receive_is_a_400_naming_it(api, node, target, part):
+    other = NodeFactory()
+    if target == "restarting":
+        api.put(url(other.id), {"type": "restart", "reason": "x"}, format="json")
+    elif target == "drained":
+        api.put(url(other.id), {"type": "remove", "reason": "x"}, format="json")
+        NodeShutdown.objects.get().transition("complete", clock.now(), status_reason="node_drained")
+    elif target == "not-search":
+        other.services = [1]
+        other.save(update_fields=["services"])
+    target_id = {"unknown": other.id + 1000, "itself": node.id}.get(target, other.id)
+    before = records()
+
+    response = api.put(
+        url(node.id),
+        {"type": "replace", "reason": "x", "target_node_id": target_id},
+        format="json",
+    )
+
+    assert_error(response, 400, "target_node_id", part)
+    assert records() == before
+
+
+def test_a_node_receiving_a_live_replace_is_a_409(api, node):
+    target = NodeFactory()
+    api.put(
+        url(node.id),
+        {"type": "replace", "reason": "x", "target_node_id": target.id},
+        format="json",
+    )
+    before = records()
+
+    response = api.put(url(target.id), {"type": "restart", "reason": "y"}, format="json")
+
+    assert_error(response, 409, "node_id", "receives the data of live replace")
+    assert records() == before
+
+
+def test_delete_cancels_a_drain_then_returns_a_drained_node_to_service(api, node, now):
+    api.put(url(node.id), {"type": "remove", "reason": "x"}, format="json")
+    cancelled = api.delete(url(node.id)).json()
+    assert (cancelled["status"], cancelled["cancelled_by"]) == ("cancelled", "ops-alice")
+    assert cancelled["details"]["cancel"] == {
+        "moves_cancelled": [],
+        "moves_parked": [],
+        "moves_finishing": [],
+    }
+    assert cancelled["node_out_of_service"] is False
+    api.put(url(node.id), {"type": "remove", "reason": "again"}, format="json")
+    NodeShutdown.objects.live().get().transition(
+        "complete", clock.now(), status_reason="node_drained"
+    )
+    assert api.get(url(node.id)).json()["node_out_of_service"] is True
+    clock.advance(30)
+
+    returned = api.delete(url(node.id))
+
+    assert returned.status_code == 200, returned.content
+    body = returned.json()
+    assert (body["status"], body["returned_to_service_by"]) == ("complete", "ops-alice")
+    assert body["node_out_of_service"] is False
+    assert NodeShutdown.objects.get(pk=body["id"]).returned_to_service_at == clock.now()
+    before = records()
+    assert_error(api.delete(url(node.id)), 404, "node_id", "no complete drain")
     assert records() == before

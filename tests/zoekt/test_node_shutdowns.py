@@ -4,6 +4,7 @@ table that refuses what it does not list, history kept, and ``manage.py zoekt_no
 from __future__ import annotations
 
 import getpass
+import json
 from datetime import timedelta
 from io import StringIO
 
@@ -163,11 +164,44 @@ def test_the_cli_shows_status_and_cancels_by_id_recording_the_operator(now):
     assert "cancelled by: ops-carol" in out
 
 
-@pytest.mark.parametrize("action", ["remove", "replace"])
-def test_remove_and_replace_say_they_are_not_available_yet(now, action):
+def test_the_cli_drains_and_replaces_with_the_target_by_name_and_shows_the_progress(now):
+    drained = NodeFactory(metadata={"name": "gitlab-zoekt-3"})
+    NodeFactory(metadata={"name": "gitlab-zoekt-4"})
+    fresh = NodeFactory(metadata={"name": "gitlab-zoekt-5"})
+
+    out = run("replace", "gitlab-zoekt-3", "--to", "gitlab-zoekt-5", "--reason", "bigger disk")
+
+    record = NodeShutdown.objects.get()
+    assert (record.type, record.node_id, record.target_node_id, record.reason) == (
+        "replace",
+        drained.id,
+        fresh.id,
+        "bigger disk",
+    )
+    assert record.allowed_delay_seconds is None and record.delay_expires_at is None
+    assert f"target node: {fresh.id} (gitlab-zoekt-5)" in out
+    status = run("status", "gitlab-zoekt-3")
+    assert "drain: 0 indices left on the node (0 to move, 0\xa0bytes)" in status
+    assert "rate: not measured yet (no move done)" in status
+    as_json = json.loads(run("status", "gitlab-zoekt-3", "--json"))
+    assert as_json["drain"]["indices_left"] == 0 and as_json["node_out_of_service"] is True
+    run("cancel", "gitlab-zoekt-3", "--by", "ops-kim")
+    out = run("remove", "gitlab-zoekt-3", "--reason", "fewer nodes", "--by", "ops-kim")
+    assert "remove of node" in out and "in_progress" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        pytest.param(("replace", "{id}", "--reason", "x", "--to", "nope"), "target_node_id"),
+        pytest.param(("replace", "{id}", "--reason", "x", "--to", "{id}"), "another node"),
+        pytest.param(("remove", "{id}"), "--reason"),
+    ],
+)
+def test_the_cli_refuses_a_bad_drain_and_writes_nothing(now, args, message):
     node = NodeFactory()
-    with pytest.raises(CommandError, match="not available yet"):
-        run(action, str(node.id))
+    with pytest.raises(CommandError, match=message):
+        run(*(arg.format(id=node.id) for arg in args))
     assert rows() == []
 
 
@@ -217,6 +251,10 @@ def test_the_admin_actions_request_and_cancel_as_the_signed_in_operator(client, 
     client.post(changelist, {"action": "cancel_shutdown", "_selected_action": [node.id]})
     record.refresh_from_db()
     assert (record.status, record.cancelled_by) == ("cancelled", "ops-dana")
+
+    client.post(changelist, {"action": "request_drain", "_selected_action": [node.id]})
+    drain = NodeShutdown.objects.live().get()
+    assert (drain.type, drain.requested_by) == ("remove", "ops-dana")
 
     page = client.get(reverse("admin:zoekt_nodeshutdown_changelist"))
     assert page.status_code == 200

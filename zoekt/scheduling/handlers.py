@@ -426,6 +426,36 @@ def _refresh(ids: list[int], *, skip_used_storage_bytes: bool) -> int:
 # ----------------------------------------------------------------------------
 
 
+def delete_node_rows(node_id: int) -> tuple[int, int]:
+    """Delete the node's repositories, then its indices, 10,000 at a time, then the node;
+    returns (repositories, indices) deleted. Replicas are left alone (a replica left
+    without indices is re-created by the rollout). In the caller's transaction, which
+    holds the node row's lock: lost-node handling, and an operator's delete
+    (``zoekt.node_deletion``)."""
+    repositories = 0
+    while True:
+        ids = list(
+            Repository.objects.filter(zoekt_index__zoekt_node_id=node_id).values_list(
+                "id", flat=True
+            )[:LOST_NODE_DELETE_BATCH_SIZE]
+        )
+        if not ids:
+            break
+        repositories += Repository.objects.filter(id__in=ids).delete()[0]
+    indices = 0
+    while True:
+        ids = list(
+            Index.objects.filter(zoekt_node_id=node_id).values_list("id", flat=True)[
+                :LOST_NODE_DELETE_BATCH_SIZE
+            ]
+        )
+        if not ids:
+            break
+        indices += Index.objects.filter(id__in=ids).delete()[1].get(Index._meta.label, 0)
+    Node.objects.filter(pk=node_id).delete()
+    return repositories, indices
+
+
 def delete_lost_node(node_id: int) -> Result:
     """Delete a lost node with its indices and their repositories, in one transaction.
 
@@ -453,27 +483,7 @@ def delete_lost_node(node_id: int) -> Result:
         if Node.objects.filter(pk=node.id).in_restart(now).exists():
             return {**base, "skipped": Reason.NODE_IN_RESTART}
         shutdowns_closed = shutdowns.close_for_lost_node(node, now)
-        repositories = 0
-        while True:
-            ids = list(
-                Repository.objects.filter(zoekt_index__zoekt_node_id=node.id).values_list(
-                    "id", flat=True
-                )[:LOST_NODE_DELETE_BATCH_SIZE]
-            )
-            if not ids:
-                break
-            repositories += Repository.objects.filter(id__in=ids).delete()[0]
-        indices = 0
-        while True:
-            ids = list(
-                Index.objects.filter(zoekt_node_id=node.id).values_list("id", flat=True)[
-                    :LOST_NODE_DELETE_BATCH_SIZE
-                ]
-            )
-            if not ids:
-                break
-            indices += Index.objects.filter(id__in=ids).delete()[1].get(Index._meta.label, 0)
-        Node.objects.filter(pk=node.id).delete()
+        repositories, indices = delete_node_rows(node.id)
         name = node.name
         last_seen_at = node.last_seen_at
     return {

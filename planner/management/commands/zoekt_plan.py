@@ -388,6 +388,7 @@ def _excluded_nodes(
     configured = app_settings.current().node_memory_budget_bytes
     online = set(Node.objects.online(now).values_list("id", flat=True))
     restarting = set(Node.objects.in_restart(now).values_list("id", flat=True))
+    draining = set(Node.objects.in_shutdown(now).values_list("id", flat=True)) - restarting
     out = []
     rows = (
         Node.objects.exclude(id__in=candidate_ids)
@@ -413,6 +414,8 @@ def _excluded_nodes(
             reasons.append("offline")
         if node_id in restarting:
             reasons.append(f"being restarted (docs/operations.md; {Reason.NODE_IN_RESTART})")
+        if node_id in draining:
+            reasons.append(f"drained or being drained (docs/operations.md; {Reason.NODE_IN_DRAIN})")
         if unclaimed <= 0:
             reasons.append(f"no unclaimed storage ({_bytes(unclaimed)})")
         if memory.excluded_from_placement(metadata, configured):
