@@ -764,10 +764,13 @@ class NodeShutdownAdmin(ViewOnlyMixin, admin.ModelAdmin):
         "requested_by",
         "requested_at",
         "delay_expires_at",
+        "target_node",
         "completed_at",
         "cancelled_by",
+        "returned_to_service_by",
     )
     list_filter = ("status", "type")
+    list_select_related = ("target_node",)
     search_fields = ("node_name", "requested_by", "reason")
     ordering = ("-requested_at", "-id")
 
