@@ -296,6 +296,32 @@ def test_no_eviction_is_chosen_from_a_draining_node_and_no_move_goes_to_it(now):
     assert not Move.objects.filter(trigger="node_level", source_node=drained).exists()
 
 
+def test_no_move_goes_to_a_draining_node_though_it_is_the_roomiest(now):
+    hot = node("hot", 50)
+    drained = node("drained", 1, total_gib=1000)
+    other = node("other", 30)
+    index(hot, 10)
+    hot = beat(hot, 80 * GIB)
+    hot = beat(hot, 80 * GIB, seconds=9 * 3600)
+    keep_online(drained, other)
+    remove(drained)
+
+    eviction.run_node_level()
+
+    assert Move.objects.get().target_node_id == other.id
+    assert (
+        moves.target_rejections(
+            Index.objects.get(zoekt_node=hot),
+            drained.id,
+            GIB,
+            ceiling=0.7,
+            settings=app_settings.current(),
+            now=clock.now(),
+        )[0]["dimension"]
+        == "availability"
+    )
+
+
 def test_a_replacement_building_on_the_node_when_the_drain_starts_is_turned_back(now):
     hot = node("hot", 50)
     soon_drained = node("soon-drained", 1)
