@@ -309,17 +309,23 @@ def test_no_move_goes_to_a_draining_node_though_it_is_the_roomiest(now):
     eviction.run_node_level()
 
     assert Move.objects.get().target_node_id == other.id
-    assert (
-        moves.target_rejections(
-            Index.objects.get(zoekt_node=hot),
-            drained.id,
-            GIB,
-            ceiling=0.7,
-            settings=app_settings.current(),
-            now=clock.now(),
-        )[0]["dimension"]
-        == "availability"
+    source = Index.objects.get(zoekt_node=hot)
+    facts = moves.target_facts(
+        source, GIB, [drained], ceiling=0.7, settings=app_settings.current(), now=clock.now()
     )
+    assert moves.target_refusal(drained, facts) == Reason.MOVE_TARGET_SHUTTING_DOWN
+    # Drained and not returned to service, it stays refused; returned, it is a target.
+    record = NodeShutdown.objects.get()
+    record.transition(Status.COMPLETE, clock.now(), status_reason=Reason.NODE_DRAINED)
+    facts = moves.target_facts(
+        source, GIB, [drained], ceiling=0.7, settings=app_settings.current(), now=clock.now()
+    )
+    assert moves.target_refusal(drained, facts) == Reason.MOVE_TARGET_SHUTTING_DOWN
+    shutdowns.do_cancel_node_shutdown(drained.id, cancelled_by="ops")
+    facts = moves.target_facts(
+        source, GIB, [drained], ceiling=0.7, settings=app_settings.current(), now=clock.now()
+    )
+    assert moves.target_refusal(drained, facts) is None
 
 
 def test_a_replacement_building_on_the_node_when_the_drain_starts_is_turned_back(now):
