@@ -21,10 +21,12 @@ nothing in ``zoekt`` imports ``eviction``:
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
 from django.db.models import Count, Min, Q, Sum
+from django.db.models.fields.json import KT
 
 from zoekt import actions, clock
 from zoekt.logging import get_logger
@@ -47,7 +49,7 @@ def drain_moves(record: NodeShutdown):
 
 
 def drain_progress(record: NodeShutdown, now: datetime | None = None) -> dict[str, Any]:
-    """Where a drain stands, in four queries.
+    """Where a drain stands (``drain_progress_many`` for one record).
 
     ``indices_left``: index rows still on the node, in any state (the record
     completes at zero); ``indices_to_move`` and ``bytes_left`` (their
@@ -59,50 +61,85 @@ def drain_progress(record: NodeShutdown, now: datetime | None = None) -> dict[st
     is done). ``moves_done_on_target``: a replace's done moves that went to the
     named node (None for a remove).
     """
+    return drain_progress_many([record], now)[record.id]
+
+
+def drain_progress_many(
+    records: Iterable[NodeShutdown], now: datetime | None = None
+) -> dict[int, dict[str, Any]]:
+    """``drain_progress`` of each record, by record id, in two grouped queries
+    whatever the number of records (the dashboard's and ``/metrics``' form)."""
     now = now or clock.now()
-    on_node = (
-        Index.objects.filter(zoekt_node_id=record.node_id)
-        if record.node_id
-        else Index.objects.none()
-    )
-    left = on_node.aggregate(
-        indices=Count("id"),
-        to_move=Count("id", filter=~Q(state__in=LEAVING_STATES)),
-        bytes=Sum("used_storage_bytes", filter=~Q(state__in=LEAVING_STATES)),
-    )
-    moves = drain_moves(record).aggregate(
-        in_flight=Count("id", filter=Q(state__in=Move.LIVE)),
-        done=Count("id", filter=Q(state=Move.State.DONE)),
-        parked=Count("id", filter=Q(state=Move.State.PARKED)),
-        moved=Sum("bytes", filter=Q(state=Move.State.DONE)),
-        first_building_at=Min("building_at"),
-        on_target=Count(
-            "id", filter=Q(state=Move.State.DONE, target_node_id=record.target_node_id)
-        ),
-    )
-    bytes_left = int(left["bytes"] or 0)
-    moved = int(moves["moved"] or 0)
-    rate = None
-    started = moves["first_building_at"]
-    if moves["done"] and started is not None and now > started:
-        rate = moved / (now - started).total_seconds()
-    eta = None
-    if rate:
-        eta = math.ceil(bytes_left / rate)
+    records = list(records)
+    if not records:
+        return {}
+    leaving = Q(state__in=LEAVING_STATES)
+    left = {
+        row["zoekt_node_id"]: row
+        for row in Index.objects.filter(zoekt_node_id__in=[r.node_id for r in records if r.node_id])
+        .order_by()
+        .values("zoekt_node_id")
+        .annotate(
+            indices=Count("id"),
+            to_move=Count("id", filter=~leaving),
+            bytes=Sum("used_storage_bytes", filter=~leaving),
+        )
+    }
+    moves: dict[int, list[dict[str, Any]]] = {}
+    for row in (
+        Move.objects.filter(trigger=DRAIN, details__shutdown_id__in=[r.id for r in records])
+        .order_by()
+        .values("state", "target_node_id", shutdown=KT("details__shutdown_id"))
+        .annotate(count=Count("id"), bytes=Sum("bytes"), first_building_at=Min("building_at"))
+    ):
+        moves.setdefault(int(row["shutdown"]), []).append(row)
     return {
-        "indices_left": left["indices"],
-        "indices_to_move": left["to_move"],
+        record.id: _progress(
+            record,
+            left.get(record.node_id, {}) if record.node_id else {},
+            moves.get(record.id, []),
+            now,
+        )
+        for record in records
+    }
+
+
+def _progress(
+    record: NodeShutdown, left: dict[str, Any], moves: list[dict[str, Any]], now: datetime
+) -> dict[str, Any]:
+    """One record's progress from its node's index row and its moves' rows (by state
+    and target)."""
+
+    def count(state: str | tuple, target: int | None = None) -> int:
+        states = (state,) if isinstance(state, str) else state
+        return sum(
+            row["count"]
+            for row in moves
+            if row["state"] in states and (target is None or row["target_node_id"] == target)
+        )
+
+    bytes_left = int(left.get("bytes") or 0)
+    done = count(Move.State.DONE)
+    moved = sum(int(row["bytes"] or 0) for row in moves if row["state"] == Move.State.DONE)
+    started = min(
+        (row["first_building_at"] for row in moves if row["first_building_at"]), default=None
+    )
+    rate = None
+    if done and started is not None and now > started:
+        rate = moved / (now - started).total_seconds()
+    replace = record.type == NodeShutdown.Type.REPLACE
+    return {
+        "indices_left": left.get("indices", 0),
+        "indices_to_move": left.get("to_move", 0),
         "bytes_left": bytes_left,
-        "moves_in_flight": moves["in_flight"],
-        "moves_done": moves["done"],
-        "moves_parked": moves["parked"],
+        "moves_in_flight": count(tuple(Move.LIVE)),
+        "moves_done": done,
+        "moves_parked": count(Move.State.PARKED),
         "bytes_moved": moved,
         "first_move_started_at": started,
         "observed_rate_bytes_per_second": None if rate is None else round(rate, 3),
-        "eta_seconds": eta,
-        "moves_done_on_target": (
-            moves["on_target"] if record.type == NodeShutdown.Type.REPLACE else None
-        ),
+        "eta_seconds": math.ceil(bytes_left / rate) if rate else None,
+        "moves_done_on_target": count(Move.State.DONE, record.target_node_id) if replace else None,
     }
 
 

@@ -4,8 +4,10 @@
 A row per node shutdown record (``zoekt_node_shutdowns``, docs/operations.md):
 what was asked, by whom, its status, and what is left of it: a restart's
 delay, and for a drain (``remove`` or ``replace``) the indices and bytes still
-on the node and the moves in flight off it. Every figure comes from grouped
-queries, so the cost is fixed whatever the number of records or nodes.
+on the node, the moves in flight off it and when it should be done
+(``zoekt.drains.drain_progress_many``, the API's figures). Every figure comes
+from grouped queries, so the cost is fixed whatever the number of records or
+nodes.
 """
 
 from __future__ import annotations
@@ -15,13 +17,11 @@ from collections.abc import Iterable
 from datetime import datetime
 
 from django.core.paginator import Page, Paginator
-from django.db.models import Count, Sum
+from django.db.models import Count
 
 from zoekt import clock
-from zoekt.models import Index, Move, NodeShutdown
-
-#: The types that empty the node (a drain), as against a restart that keeps it.
-DRAIN_TYPES = (NodeShutdown.Type.REMOVE, NodeShutdown.Type.REPLACE)
+from zoekt.drains import drain_progress_many
+from zoekt.models import NodeShutdown
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,8 +29,12 @@ class DrainLeft:
     """What a draining node still holds, and what is on its way off it."""
 
     indices: int
+    #: ``used_storage_bytes`` of the indices still to move (not on their way out already).
     bytes: int
     moves_in_flight: int
+    moves_done: int
+    #: The bytes left at the drain's observed rate (None before its first move is done).
+    eta_seconds: int | None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,7 +64,7 @@ class ShutdownRow:
 
     @property
     def drain(self) -> bool:
-        return self.type in DRAIN_TYPES
+        return self.type in NodeShutdown.DRAINS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,34 +76,19 @@ class MaintenancePage:
     counts: dict[tuple[str, str], int]
 
 
-def drain_left(node_ids: Iterable[int]) -> dict[int, DrainLeft]:
-    """Indices, bytes and live moves off each node: two grouped queries."""
-    ids = list(node_ids)
-    if not ids:
-        return {}
-    held = {
-        node_id: (count, total or 0)
-        for node_id, count, total in Index.objects.filter(zoekt_node_id__in=ids)
-        .order_by()
-        .values("zoekt_node_id")
-        .annotate(count=Count("id"), total=Sum("used_storage_bytes"))
-        .values_list("zoekt_node_id", "count", "total")
-    }
-    moving = dict(
-        Move.objects.live()
-        .filter(source_node_id__in=ids)
-        .order_by()
-        .values("source_node_id")
-        .annotate(count=Count("id"))
-        .values_list("source_node_id", "count")
-    )
+def drain_left(records: Iterable[NodeShutdown], now: datetime) -> dict[int, DrainLeft]:
+    """What each live drain has left, by node id (``zoekt.drains.drain_progress_many``)."""
+    drains = [record for record in records if record.drain and record.node_id is not None]
+    progress = drain_progress_many(drains, now)
     return {
-        node_id: DrainLeft(
-            indices=held.get(node_id, (0, 0))[0],
-            bytes=held.get(node_id, (0, 0))[1],
-            moves_in_flight=moving.get(node_id, 0),
+        record.node_id: DrainLeft(
+            indices=progress[record.id]["indices_left"],
+            bytes=progress[record.id]["bytes_left"],
+            moves_in_flight=progress[record.id]["moves_in_flight"],
+            moves_done=progress[record.id]["moves_done"],
+            eta_seconds=progress[record.id]["eta_seconds"],
         )
-        for node_id in ids
+        for record in drains
     }
 
 
@@ -123,7 +112,7 @@ def _row(record: NodeShutdown, left: dict[int, DrainLeft], now: datetime) -> Shu
         delay_seconds_left=record.delay_seconds_left(now)
         if record.type == NodeShutdown.Type.RESTART
         else None,
-        left=left.get(record.node_id) if live and record.type in DRAIN_TYPES else None,
+        left=left.get(record.node_id) if live and record.drain else None,
         ended_at=ended,
         cancelled_by=record.cancelled_by,
         seconds=max(0, int(((ended or now) - record.requested_at).total_seconds())),
@@ -137,8 +126,7 @@ def _related():
 
 def _live_rows(now: datetime) -> list[ShutdownRow]:
     live = list(_related().live().order_by("requested_at", "id"))
-    draining = [r.node_id for r in live if r.type in DRAIN_TYPES and r.node_id is not None]
-    left = drain_left(draining)
+    left = drain_left(live, now)
     return [_row(record, left, now) for record in live]
 
 

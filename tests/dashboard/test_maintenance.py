@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import re
 from datetime import timedelta
 
@@ -15,7 +16,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from tests.dashboard.builders import build_fleet
+from dashboard.templatetags.zoekt_dashboard import duration
+from tests.dashboard.builders import GIB, build_fleet
 from tests.dashboard.test_pages import cell, page_text, row_html
 from zoekt import clock
 from zoekt.admin import human_bytes
@@ -62,6 +64,22 @@ def drain_scene(now):
         target_node=spare,
         source_index_ref=moving.id,
         bytes=moving.used_storage_bytes,
+        details={"shutdown_id": drain.id},
+        building_at=now - timedelta(hours=1),
+    )
+    # One move of this drain is done: 1 GiB in the hour since its first move started.
+    Move.objects.create(
+        trigger="drain",
+        state=Move.State.DONE,
+        zoekt_enabled_namespace=moving.zoekt_enabled_namespace,
+        namespace_id=moving.namespace_id,
+        source_node=draining,
+        target_node=spare,
+        source_index_ref=10**9,
+        bytes=GIB,
+        details={"shutdown_id": drain.id},
+        building_at=now - timedelta(minutes=50),
+        done_at=now - timedelta(minutes=10),
     )
     done = shutdown(spare, requested_at=now - timedelta(hours=3))
     done.transition(Status.COMPLETE, now - timedelta(hours=2), status_reason="node_returned")
@@ -107,7 +125,12 @@ def test_the_maintenance_page_lists_live_records_then_recent_ones(admin_client, 
     assert cell(restart_row, "left") == "25 min of the delay"
     assert cell(restart_row, "duration") == "5 min"
     drain_row = row_html(response, "data-shutdown-id", drain.id)
-    assert cell(drain_row, "left").endswith("; 1 move in flight")
+    held_bytes = sum(index.used_storage_bytes for index in scene["held"])
+    # 1 GiB moved in the hour since the first move started: the bytes left at that rate.
+    eta = math.ceil(held_bytes / (GIB / 3600))
+    assert cell(drain_row, "left").endswith(
+        f"; 1 move in flight; about {duration(eta)} to go at the rate so far"
+    )
     assert cell(drain_row, "left").startswith(f"{len(scene['held'])} indices, ")
     done_row = row_html(response, "data-shutdown-id", done.id)
     assert cell(done_row, "status") == "complete node returned"
@@ -175,6 +198,9 @@ def test_zoekt_info_has_a_node_maintenance_section(now):
     assert by_type["restart"]["left_bytes"] is None
     assert by_type["remove"]["left_bytes"] == sum(i.used_storage_bytes for i in scene["held"])
     assert by_type["remove"]["moves_in_flight"] == 1
+    assert by_type["remove"]["eta_seconds"] == math.ceil(
+        by_type["remove"]["left_bytes"] / (GIB / 3600)
+    )
     assert by_type["remove"]["requested_at"] == (now - timedelta(minutes=5)).isoformat()
 
 

@@ -361,6 +361,7 @@ def _maintenance_section(overview: FleetOverview) -> dict[str, Any]:
                 "indices_left": None if left is None else left.indices,
                 "left_bytes": None if left is None else left.bytes,
                 "moves_in_flight": None if left is None else left.moves_in_flight,
+                "eta_seconds": None if left is None else left.eta_seconds,
             }
         )
     return {"rows": rows, "data": {"nodes_in_maintenance": overview.in_maintenance, "live": live}}
