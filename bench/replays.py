@@ -84,20 +84,23 @@ def plot_runs(
     title: str,
     memory_line: tuple[float, str] | None = None,
     dark_per_minute: bool = False,
+    fields: Sequence[str] = ("disk_used_bytes", "rss_bytes"),
 ) -> None:
     """One column per run: per-node disk used and webserver RSS over simulated hours.
 
     ``runs`` holds (label, replay); rows share their y axis so the columns
-    compare at a glance. ``memory_line`` draws a level (GiB, label) on the
-    RSS row; with ``dark_per_minute`` a third row shows the dark searches of
-    each traffic sample. The replay's events are vertical lines, named on top.
+    compare at a glance. ``fields`` picks the per-node rows (disk used, RSS).
+    ``memory_line`` draws a level (GiB, label) on the RSS row; with
+    ``dark_per_minute`` a last row shows the dark searches of each traffic
+    sample. The replay's events are vertical lines, named on top.
     """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = 3 if dark_per_minute else 2
+    labels = {"disk_used_bytes": "disk used, GiB", "rss_bytes": "webserver RSS, GiB"}
+    rows = len(fields) + (1 if dark_per_minute else 0)
     fig, axes = plt.subplots(
         rows,
         len(runs),
@@ -110,9 +113,8 @@ def plot_runs(
         samples = replay.samples
         t = [hours(sample.t) for sample in samples]
         names = list(replay.nodes)
-        for row, (field, ylabel) in enumerate(
-            (("disk_used_bytes", "disk used, GiB"), ("rss_bytes", "webserver RSS, GiB"))
-        ):
+        for row, field in enumerate(fields):
+            ylabel = labels[field]
             ax = axes[row][column]
             for name in names:
                 ax.plot(t, node_series(samples, name, field), label=name, linewidth=1.4)
@@ -147,7 +149,7 @@ def plot_runs(
                 color="#a33",
             )
         if dark_per_minute:
-            ax = axes[2][column]
+            ax = axes[rows - 1][column]
             points = [(hours(s.t), s.dark) for s in samples if s.searches]
             ax.fill_between(
                 [p[0] for p in points], [p[1] for p in points], step="post", color="#c44"
@@ -155,7 +157,7 @@ def plot_runs(
             ax.set_ylabel("dark searches / sample")
             ax.grid(alpha=0.3)
         axes[rows - 1][column].set_xlabel("simulated hours")
-        axes[1][column].legend(fontsize=7, loc="upper left")
+        axes[len(fields) - 1][column].legend(fontsize=7, loc="upper left")
     fig.suptitle(title, fontsize=11)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

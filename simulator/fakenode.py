@@ -33,10 +33,12 @@ One ``FakeNode`` behaves as a ``gitlab-zoekt-indexer`` does towards GitLab:
 Disk and memory follow a small model: ``disk.indexed`` is the sum of the
 repositories held, ``disk.used`` is a base plus that, and the webserver's RSS
 is a base plus ``k`` × the indexed bytes, with ``shards_loaded`` the number of
-repositories held. Two optional hooks of ``FakeNodeConfig`` replace them (see
-``simulator.models``): ``disk_model`` (a ``DiskModel``: deletions freed after
-a delay, injected spikes) and ``namespace_memory`` (a ``NamespaceMemoryModel``:
-RSS from shards loaded and the hotness of the namespaces held).
+repositories held; ``index_bytes_built`` counts the bytes of index the node's
+successful index tasks wrote since it started. Two optional hooks of
+``FakeNodeConfig`` replace the models (see ``simulator.models``):
+``disk_model`` (a ``DiskModel``: deletions freed after a delay, injected
+spikes) and ``namespace_memory`` (a ``NamespaceMemoryModel``: RSS from shards
+loaded and the hotness of the namespaces held).
 
 Tasks are instant by default. With ``indexing_bytes_per_second`` set, the
 deterministic ``step()`` mode gives them time on the node's clock (a replay's
@@ -468,6 +470,8 @@ class FakeNode:
         self.stop_indexing = False
         self.node_id: int | None = None
         self.heartbeats = 0
+        # Bytes of index this process built (index tasks that succeeded), for the replays.
+        self.index_bytes_built = 0
         self.extra_used_bytes = 0  # other files on the disk; tests raise it to fill the disk
         # The holdings file: the version of ``_repos`` in memory and the one last written.
         self._save_lock = threading.Lock()
@@ -889,6 +893,7 @@ class FakeNode:
                 size = int(self.config.index_size(job.repo_id))
                 files = max(1, math.ceil(size / self.config.index_file_bytes))
                 if current:
+                    self.index_bytes_built += size
                     self._repos[job.repo_id] = HeldRepo(size, files)
                     self._repo_root[job.repo_id] = _root_namespace(job.payload)
                     self._holdings_changed()

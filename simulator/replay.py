@@ -14,8 +14,13 @@ between the nodes and the database:
 * beat's jobs run at their own periods *in simulated time*: the rollout
   (600 s), one scheduling pass a minute with every scheduled task, the
   throttled ones at their GitLab periods (``zoekt.scheduling.service.PERIODS``),
-  the buffer factor and memory calibration hourly. Celery runs eagerly, so
+  moves, the shutdown records' settle job and the lost-index-data check every
+  minute, memory-pressure moves every 5 minutes, the buffer factor and memory
+  calibration hourly. Celery runs eagerly, so
   the events a job emits run right after it commits;
+* nodes stop (``stop_node``: no heartbeat, no callback) and start again
+  (``start_node``: a new process on the same disk, the same uuid and what it
+  held), so lost nodes and restarts are replayed;
 * search traffic: every ``traffic_every`` seconds, ``searches_per_sample``
   searches are drawn over the enabled namespaces in proportion to their
   traffic weight (``simulator.models.generate_searches``), each answered by
@@ -95,9 +100,16 @@ class ReplayNode:
     memory: NamespaceMemoryModel
     alive: bool = True
     stopped_at: float | None = None
+    started_at: float | None = None
+    #: Index bytes built by the node's earlier processes (before its restarts).
+    built_before_bytes: int = 0
 
     def rss_bytes(self) -> int:
         return int(self.fake.process_health()["webserver"]["rss_bytes"])
+
+    def index_bytes_built(self) -> int:
+        """Bytes of index the node built since it was added, across its restarts."""
+        return self.built_before_bytes + self.fake.index_bytes_built
 
 
 @dataclasses.dataclass(frozen=True)
@@ -293,6 +305,15 @@ class Replay:
         jobs.append(BeatJob("memory_pressure", MEMORY_PRESSURE_SECONDS, memory_pressure_task))
         jobs.append(BeatJob("drain_nodes", DRAIN_NODES_SECONDS, drain_nodes_task))
         jobs.append(BeatJob("calibrate_memory_ratio", HOURLY, calibrate_memory_ratio_task))
+        # A node back under its uuid: its restart record settles, or its lost data is
+        # re-indexed (docs/operations.md, docs/scheduling.md).
+        from zoekt.scheduling.lost_index_data import reindex_lost_index_data_task
+        from zoekt.tasks import settle_node_shutdowns_task
+
+        jobs.append(BeatJob("settle_node_shutdowns", SCHEDULING_PERIOD, settle_node_shutdowns_task))
+        jobs.append(
+            BeatJob("reindex_lost_index_data", SCHEDULING_PERIOD, reindex_lost_index_data_task)
+        )
         return jobs
 
     def settings(self, **values: Any) -> None:
@@ -361,6 +382,27 @@ class Replay:
         node.alive = False
         node.stopped_at = self.t
         self.event(f"{name} stopped")
+
+    def start_node(self, name: str) -> None:
+        """The stopped node's process starts again on the same disk: a new ``FakeNode`` on
+        the replay's state directory, so it has the same uuid and holds, reports and serves
+        what its holdings file lists (``FakeNode`` saves it when it stops, as an indexer
+        restarted by its supervisor does). What the old process had in memory is gone:
+        tasks it had accepted and not finished, callbacks not yet delivered, its disk
+        model's deleted bytes not yet freed and spikes. Its first heartbeat is at the
+        next tick."""
+        node = self.nodes[name]
+        if node.alive:
+            raise ValueError(f"{name} is running; stop_node it first")
+        node.fake.stop()
+        node.built_before_bytes += node.fake.index_bytes_built
+        disk = DiskModel(free_delay=self.free_delay, clock=lambda: self.t)
+        config = dataclasses.replace(node.fake.config, disk_model=disk)
+        node.fake = FakeNode(config)
+        node.disk = disk
+        node.alive = True
+        node.started_at = self.t
+        self.event(f"{name} started")
 
     def spike(self, name: str, extra_bytes: int, duration: float, *, ramp: float = 0.0) -> None:
         """Temporary data on a node's disk: ``extra_bytes`` growing over ``ramp`` seconds,

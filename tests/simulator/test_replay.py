@@ -119,6 +119,8 @@ def test_beat_jobs_run_at_their_periods_in_simulated_time():
         assert runs["eviction"] == 12  # every 5 min
         assert runs["rollout"] == 6
         assert runs["refresh_buffer_factor"] == 1  # hourly, the first at 0
+        # Restart records settle, and lost index data is noticed, every minute.
+        assert runs["settle_node_shutdowns"] == runs["reindex_lost_index_data"] == 60
 
 
 def test_a_lost_node_darkens_its_namespaces_until_it_is_replaced():
