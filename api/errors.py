@@ -26,6 +26,15 @@ class PayloadTooLarge(exceptions.APIException):
     default_code = "payload_too_large"
 
 
+class Conflict(exceptions.APIException):
+    """A 409: the request collides with the state it would change (a live record, a live
+    move); it may succeed later. Nothing was written."""
+
+    status_code = status.HTTP_409_CONFLICT
+    default_detail = "The request conflicts with the current state."
+    default_code = "conflict"
+
+
 class UnprocessableEntity(exceptions.APIException):
     status_code = status.HTTP_422_UNPROCESSABLE_ENTITY
     default_detail = "Unprocessable entity."

@@ -25,7 +25,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from api import operator_serializers as s
-from api.errors import PayloadTooLarge
+from api.errors import Conflict, PayloadTooLarge
 from zoekt import app_settings, catalog, operator_actions, shutdowns
 from zoekt.logging import get_logger
 from zoekt.models import EnabledNamespace, Index, Node
@@ -496,12 +496,6 @@ class CatalogBulkUpsertView(OperatorAPIView):
 # --- PUT/GET/DELETE /api/v1/nodes/:node_id/shutdown ----------------------------------------------
 
 
-class ShutdownConflict(exceptions.APIException):
-    status_code = status.HTTP_409_CONFLICT
-    default_detail = "The node already has a live shutdown record."
-    default_code = "conflict"
-
-
 SHUTDOWN_EXAMPLE = {
     "id": 7,
     "node_id": 3,
@@ -565,7 +559,7 @@ class NodeShutdownView(OperatorAPIView):
 
     def handle_exception(self, exc):
         if isinstance(exc, shutdowns.Conflict):
-            exc = ShutdownConflict({exc.field: [exc.message]})
+            exc = Conflict({exc.field: [exc.message]})
         return super().handle_exception(exc)
 
     @extend_schema(

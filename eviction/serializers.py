@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
+from api.serializers import StrictSerializer
 from eviction import manual
 
 #: The largest id PostgreSQL's bigint holds.
 MAX_ID = 2**63 - 1
 
 
-class IndexMoveRequestSerializer(serializers.Serializer):
+class IndexMoveRequestSerializer(StrictSerializer):
     """``POST /api/v1/indices/:id/move``: the request's shape; keys it does not declare are
     refused (``eviction.manual`` checks the rest)."""
 
@@ -24,13 +25,6 @@ class IndexMoveRequestSerializer(serializers.Serializer):
         max_length=manual.MAX_REASON_LENGTH,
         help_text="Why, for the move's record.",
     )
-
-    def to_internal_value(self, data):
-        if hasattr(data, "keys"):
-            unknown = sorted(set(data.keys()) - set(self.fields))
-            if unknown:
-                raise serializers.ValidationError({key: ["Unknown field."] for key in unknown})
-        return super().to_internal_value(data)
 
 
 class IndexMoveSerializer(serializers.Serializer):

@@ -1,8 +1,9 @@
 """The move API: ``POST /api/v1/indices/<id>/move`` moves one index by hand.
 
-An operator endpoint beside those of ``api/`` (staff only, by DRF token or
-session; the same error shape, ``api.errors``), served from here because the
-move machinery is this package's and ``api`` imports only ``zoekt``. The view
+An operator endpoint beside those of ``api/``, built on the same base
+(``api.operator_views.OperatorAPIView``: staff only, by DRF token or session,
+the same error shape), served from here because the move machinery is this
+package's and ``api`` imports only ``zoekt``. The view
 authenticates, validates, makes one ``eviction.manual.do_move_index`` call
 and replies: ``ObjectNotFound`` is a 404, ``Rejected`` a 400, and a
 ``MoveRefused`` a 400 when it can never clear as asked (the index's own node,
@@ -19,24 +20,15 @@ from drf_spectacular.utils import (
     extend_schema,
 )
 from rest_framework import exceptions, status
-from rest_framework.authentication import SessionAuthentication, TokenAuthentication
-from rest_framework.parsers import FormParser, JSONParser
-from rest_framework.permissions import IsAdminUser
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
+from api.errors import Conflict
+from api.operator_views import OperatorAPIView
 from eviction import manual
 from eviction import serializers as s
-from zoekt import operator_actions
 
 #: The OpenAPI tag of the operator endpoints.
 TAG_ADMIN = ["zoekt admin"]
-
-
-class MoveConflict(exceptions.APIException):
-    status_code = status.HTTP_409_CONFLICT
-    default_detail = "The index cannot move there now."
-    default_code = "conflict"
 
 
 def _error(description: str) -> OpenApiResponse:
@@ -66,19 +58,11 @@ MOVE_EXAMPLE = {
 }
 
 
-class IndexMoveView(APIView):
-    authentication_classes = [TokenAuthentication, SessionAuthentication]
-    permission_classes = [IsAdminUser]
-    parser_classes = [JSONParser, FormParser]
-
+class IndexMoveView(OperatorAPIView):
     def handle_exception(self, exc):
         if isinstance(exc, manual.MoveRefused):
             detail = {exc.field: [exc.message]}
-            exc = exceptions.ValidationError(detail) if exc.never else MoveConflict(detail)
-        elif isinstance(exc, operator_actions.ObjectNotFound):
-            exc = exceptions.NotFound({exc.field: [exc.message]})
-        elif isinstance(exc, operator_actions.Rejected):
-            exc = exceptions.ValidationError(exc.errors)
+            exc = exceptions.ValidationError(detail) if exc.never else Conflict(detail)
         return super().handle_exception(exc)
 
     @extend_schema(

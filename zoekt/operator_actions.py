@@ -33,6 +33,16 @@ class OperatorError(Exception):
     """A request that cannot be carried out; nothing was written."""
 
 
+def error_text(error: OperatorError) -> str:
+    """An operator error as one line for a command's output: each field with its
+    messages (``Rejected``), or the field at fault and the message."""
+    errors = getattr(error, "errors", None)
+    if errors:
+        return "; ".join(f"{field}: {' '.join(messages)}" for field, messages in errors.items())
+    field = getattr(error, "field", None)
+    return f"{field}: {error}" if field else str(error)
+
+
 class ObjectNotFound(OperatorError):
     """GitLab answers 404: ``field`` names the path parameter at fault."""
 

@@ -33,7 +33,7 @@ from django.core.management.base import BaseCommand, CommandError
 from eviction import manual, moves, resplit
 from zoekt import shutdowns
 from zoekt.models import Node
-from zoekt.operator_actions import OperatorError
+from zoekt.operator_actions import OperatorError, error_text
 from zoekt.units import binary_size
 
 USAGE = "give --index ID --to NODE (a move by hand) or --resplit ROOT_NAMESPACE_ID (a re-split)"
@@ -103,7 +103,7 @@ class Command(BaseCommand):
                 reason=options["reason"],
             )
         except OperatorError as error:
-            raise CommandError(_message(error)) from error
+            raise CommandError(error_text(error)) from error
         described = done.as_dict()
         if options["json"]:
             self.stdout.write(json.dumps(described, indent=2, sort_keys=True, default=str))
@@ -149,14 +149,6 @@ class Command(BaseCommand):
         elif plan.move_id is not None:
             lines.append(f"Started: move {plan.move_id} (the next carve starts at its swap).")
         return "\n".join(lines)
-
-
-def _message(error: OperatorError) -> str:
-    errors = getattr(error, "errors", None)
-    if errors:
-        return "; ".join(f"{field}: {' '.join(messages)}" for field, messages in errors.items())
-    field = getattr(error, "field", None)
-    return f"{field}: {error}" if field else str(error)
 
 
 def _hand_text(move: dict) -> str:

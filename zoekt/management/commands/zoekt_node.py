@@ -31,7 +31,7 @@ import json
 from django.core.management.base import BaseCommand, CommandError
 
 from zoekt import node_deletion, shutdowns
-from zoekt.operator_actions import OperatorError
+from zoekt.operator_actions import OperatorError, error_text
 from zoekt.units import binary_size
 
 
@@ -107,7 +107,7 @@ class Command(BaseCommand):
                 if record is None:
                     raise CommandError(f"node {node.id} ({node.name}) has no shutdown record")
         except OperatorError as error:
-            raise CommandError(_message(error)) from error
+            raise CommandError(error_text(error)) from error
         described = shutdowns.describe(record)
         if options.get("json"):
             self.stdout.write(json.dumps(described, indent=2, sort_keys=True, default=str))
@@ -142,14 +142,6 @@ def _range(item: dict) -> str:
         f"namespace {item['namespace_id']}, index {item['index_id']}: project namespaces "
         f"{'(lowest)' if low is None else low} to {'(highest)' if high is None else high}"
     )
-
-
-def _message(error: OperatorError) -> str:
-    errors = getattr(error, "errors", None)
-    if errors:
-        return "; ".join(f"{field}: {' '.join(messages)}" for field, messages in errors.items())
-    field = getattr(error, "field", None)
-    return f"{field}: {error}" if field else str(error)
 
 
 def _duration(seconds: int) -> str:
