@@ -31,6 +31,10 @@ all, and one replica's failure costs no other replica anything.
    live values and is debited by each accepted replica:
 
    * node gone or no longer a search node → ``node_not_found``;
+   * node taken out of service since the plan (a shutdown record written
+     under the same node lock: a restart, a drain, a drained node not
+     returned; docs/operations.md) → ``node_shutting_down``, this product's
+     own error type;
    * the namespace already has an index on that node (an existing replica,
      an evicted index not yet deleted, reference 10.5/10.6, or a replica
      accepted before it; the unique (enabled namespace, node) index would
@@ -135,6 +139,8 @@ class ProvisioningResult:
 class _LiveNode:
     for_search: bool
     unclaimed_storage_bytes: int
+    #: An operator is taking it out of service (``NodeQuerySet.in_shutdown``).
+    shutting_down: bool = False
 
 
 @dataclass(slots=True)
@@ -319,13 +325,20 @@ class ProvisioningService:
         rows = (
             Node.objects.filter(id__in=sorted(set(ids)))
             .with_unclaimed_storage_bytes()
-            .select_for_update()
+            .annotate(shutting_down=Node.objects.shutdown_hold())
+            .select_for_update(of=("self",))
             .order_by("id")
-            .values_list("id", "services", "annotated_unclaimed_storage_bytes", "metadata__name")
+            .values_list(
+                "id",
+                "services",
+                "annotated_unclaimed_storage_bytes",
+                "metadata__name",
+                "shutting_down",
+            )
         )
         live = {}
-        for node_id, services, unclaimed, name in rows:
-            live[node_id] = _LiveNode(Node.Service.ZOEKT in services, unclaimed)
+        for node_id, services, unclaimed, name, shutting_down in rows:
+            live[node_id] = _LiveNode(Node.Service.ZOEKT in services, unclaimed, shutting_down)
             if name:
                 self.node_names[node_id] = str(name)
         return live
@@ -394,6 +407,15 @@ class ProvisioningService:
                     self._error(
                         Reason.NODE_NOT_FOUND,
                         f"{self._node(node_id)} not found (deleted or no longer a search node)",
+                        ns_plan,
+                        node_id=node_id,
+                        replica_idx=replica_idx,
+                    )
+                elif node.shutting_down:
+                    self._error(
+                        Reason.NODE_SHUTTING_DOWN,
+                        f"{self._node(node_id)} is being taken out of service "
+                        "(a restart, a drain, or drained and not returned; docs/operations.md)",
                         ns_plan,
                         node_id=node_id,
                         replica_idx=replica_idx,

@@ -37,6 +37,8 @@ class Reason(enum.StrEnum):
     DRY_RUN = "dry_run"
     NODE_NOT_FOUND = "node_not_found"
     NODE_CAPACITY_EXCEEDED = "node_capacity_exceeded"
+    #: The apply's re-check: the node is being taken out of service (not a GitLab type).
+    NODE_SHUTTING_DOWN = "node_shutting_down"
     MISSING_ENABLED_NAMESPACE = "missing_enabled_namespace"
     NAMESPACE_ALREADY_ON_NODE = "namespace_already_on_node"
     PROVISIONING_FAILED = "provisioning_failed"

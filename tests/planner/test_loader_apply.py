@@ -23,7 +23,7 @@ from tests.factories import (
     ReplicaFactory,
     ReplicalessIndexFactory,
 )
-from zoekt import buffer_factor
+from zoekt import buffer_factor, shutdowns
 from zoekt.models import EnabledNamespace, Index, Namespace, Node, Replica
 
 pytestmark = pytest.mark.django_db
@@ -439,6 +439,29 @@ def test_a_plan_that_no_longer_fits_is_refused_and_the_others_are_applied(now):
     assert rows_of(applied) == (1, 1)
     assert result.failed_namespace_ids == [refused.root_namespace_id]
     assert unclaimed(shrinking) == 500
+
+
+@pytest.mark.parametrize("type_", ["restart", "remove"])
+def test_a_node_taken_out_of_service_after_the_plan_is_refused_at_apply(now, type_):
+    """Between plan and apply an operator requests a restart or a drain of a planned node
+    (the request locks the node row, as the apply does): the re-check refuses its replica."""
+    leaving = node(1000, metadata={"name": "zoekt-a"})
+    staying = node(900)
+    refused, _ = enabled_group(200)  # 600 bytes, first fit: the 1,000-byte node
+    applied, _ = enabled_group(150)  # 450 bytes: the 900-byte node
+    plan = plan_now()
+    shutdowns.do_request_node_shutdown(
+        leaving.id, type=type_, reason="kernel upgrade", requested_by="ops", now=now
+    )
+
+    result = ProvisioningService(plan).execute()
+
+    assert rows_of(refused) == (0, 0)
+    assert [(e["type"], e["node_id"], e["failed_namespace_id"]) for e in result.errors] == [
+        ("node_shutting_down", leaving.id, refused.root_namespace_id)
+    ]
+    assert rows_of(applied) == (1, 1)
+    assert Index.objects.get(zoekt_enabled_namespace=applied).zoekt_node_id == staying.id
 
 
 @pytest.mark.parametrize("failing_idx", [0, 1], ids=["first-replica-fails", "second-fails"])
