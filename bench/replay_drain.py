@@ -182,6 +182,7 @@ def request_shutdown(replay, option: dict, progress):
     if option["type"] == "replace":
         total = replay.nodes[NODES[0]].fake.config.disk_total_bytes
         replay.add_node(NEW_NODE, disk_total_bytes=total, disk_base_used_bytes=0)
+        replay.event(f"{NEW_NODE} joins")
         replay.run(
             600,
             until=lambda r: (
@@ -340,6 +341,10 @@ def print_table(results: list[dict], args) -> None:
             "  bound: bytes / (rate x slots)",
             lambda r: f"{clock_text(r['bound_s'])} ({r['move_slots']} slots)",
         ),
+        (
+            "  observed: bytes moved / time",
+            lambda r: "-" if not r["complete"] else f"{_rate(r) / MIB:.1f} MiB/s",
+        ),
         ("bytes moved", lambda r: f"{r['bytes_moved'] / GIB:,.1f} GiB"),
         ("moves done / parked / fallen back", _moves_cell),
         (
@@ -367,6 +372,10 @@ def print_table(results: list[dict], args) -> None:
         print("  after:       " + _shares(r["shares_after"]))
         print(f"  moves done by target: {r['moves_by_target']}")
         print("  record: " + ", ".join(f"{clock_text(t)} {s} {why}" for t, s, why in r["statuses"]))
+
+
+def _rate(r: dict) -> float:
+    return r["bytes_moved"] / r["time_to_complete_s"]
 
 
 def _moves_cell(r: dict) -> str:

@@ -1,6 +1,6 @@
 """The drain replay (``bench/replay_drain.py``) on a small catalog.
 
-Both runs as the bench runs them, with eight root groups and ten quiet
+Both runs as the bench runs them, with eight root groups and five quiet
 minutes before the request: the record completes, no namespace and no
 search goes dark, no node left reaches the high watermark, every move is
 done (none parked, none fallen back), and a replace puts every replacement
@@ -25,7 +25,7 @@ ARGS = argparse.Namespace(
     searches_per_minute=50,
     rate_mib=20.0,
     tick=20.0,
-    calm_minutes=10,
+    calm_minutes=5,
     give_up_hours=2.0,
     quiet=True,
 )
