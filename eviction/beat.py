@@ -1,6 +1,7 @@
 """Beat entries of the eviction package's own jobs, declared in code (merged into
 ``config.celery``). The three triggers are dispatched by the scheduling service;
-moving what they chose on is these entries', and so is draining nodes. Plain data
+moving what they chose on is these entries', and so are draining nodes and ending
+cooldowns. Plain data
 with no Django import."""
 
 from __future__ import annotations
@@ -14,9 +15,13 @@ MEMORY_PRESSURE_SECONDS = 300
 #: How often each live drain (a node being removed or replaced) gets a pass
 #: (``eviction.drain``).
 DRAIN_NODES_SECONDS = 60
+#: How often the cooldowns whose evicted indices are all gone are ended, whatever
+#: trigger started them and whether node-level eviction is on (``eviction.actions``).
+END_COOLDOWNS_SECONDS = 300
 
 EVICTION_BEAT: dict[str, dict] = {
     "advance-moves": every("eviction.advance_moves", ADVANCE_MOVES_SECONDS),
     "memory-pressure": every("eviction.memory_pressure", MEMORY_PRESSURE_SECONDS),
     "drain-nodes": every("eviction.drain_nodes", DRAIN_NODES_SECONDS),
+    "end-eviction-cooldowns": every("eviction.end_cooldowns", END_COOLDOWNS_SECONDS),
 }

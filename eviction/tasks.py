@@ -82,3 +82,13 @@ def drain_nodes_task() -> dict:
     """One pass over every live drain (``eviction.drain``): nodes being removed or replaced.
     Row locks, not a global lock: two runs at once pass over each other's records."""
     return run_event("drain_nodes", drain.run_drains)
+
+
+@shared_task(name="eviction.end_cooldowns")
+def end_cooldowns_task() -> dict:
+    """End the cooldowns whose evicted indices are all gone, and close the expired ones
+    (``eviction.actions.end_cooldowns``). A decision of any trigger starts a cooldown, and
+    node-level eviction (which runs this first) may be off or find no node over high: on
+    its own beat entry, a node that shed an index is a placement and move target again
+    minutes after the copy is deleted, not 12 hours later. Idempotent: safe to run twice."""
+    return run_event("end_cooldowns", actions.end_cooldowns)

@@ -292,3 +292,25 @@ def test_negative_unclaimed_storage_under_high_is_recorded_and_changes_nothing(n
     assert result["decisions_skipped"] == 1
     assert EvictionDecision.objects.get().reason == Reason.EVICTION_UNDER_HIGH_WATERMARK
     assert list(Index.objects.values_list("id", "state")) == before
+
+
+def test_the_beat_ends_a_spent_cooldown_with_node_level_eviction_off(now):
+    # Index-watermark and negative-unclaimed decisions start cooldowns too, and node-level
+    # eviction (which ends spent ones first) is off by default: its own beat entry ends it.
+    from celery import current_app
+
+    from eviction import tasks  # noqa: F401  (registers the tasks)
+    from eviction.beat import EVICTION_BEAT
+
+    hot, first = _evicted_once(now)
+    set_setting(zoekt_node_level_eviction_enabled=False)
+    Index.objects.filter(id__in=first.index_ids).delete()  # repositories gone, rows destroyed
+    clock.advance(300)
+
+    for entry in EVICTION_BEAT.values():
+        current_app.tasks[entry["task"]]()
+
+    hot.refresh_from_db()
+    first.refresh_from_db()
+    assert hot.eviction_cooldown_until is None
+    assert first.cooldown_end_reason == Reason.COOLDOWN_EVICTED_INDICES_GONE

@@ -117,6 +117,7 @@ def test_beat_jobs_run_at_their_periods_in_simulated_time():
         assert runs["mark_indices_as_ready"] == 60  # every minute
         assert runs["lost_nodes_check"] == 6  # every 10 min
         assert runs["eviction"] == 12  # every 5 min
+        assert runs["end_cooldowns"] == 12  # every 5 min, whatever node-level eviction
         assert runs["rollout"] == 6
         assert runs["refresh_buffer_factor"] == 1  # hourly, the first at 0
         # Restart records settle, and lost index data is noticed, every minute.
