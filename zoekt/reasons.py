@@ -115,3 +115,7 @@ class Reason(enum.StrEnum):
     MOVE_TARGET_NO_DISK_ROOM = "move_target_no_disk_room"
     MOVE_TARGET_OVER_MEMORY_WATERMARK = "move_target_over_memory_watermark"
     MOVE_TARGET_NO_MEMORY_ROOM = "move_target_no_memory_room"
+    # The desired balance (planner.balance): why a move is planned, and why a node takes none
+    REBALANCE_BUSIEST_NODE = "rebalance_busiest_node"
+    REBALANCE_NEXT_BUSIEST_NODE = "rebalance_next_busiest_node"
+    BALANCE_TARGET_NOT_RECEIVING = "balance_target_not_receiving"
