@@ -65,7 +65,7 @@ same answer.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -131,7 +131,9 @@ class BalanceIndex:
 
     id: int
     node_id: int
-    enabled_namespace_id: int
+    #: None: its enabled namespace is gone (an orphaned row): it holds no namespace's
+    #: slot and never moves.
+    enabled_namespace_id: int | None
     replica_id: int | None
     used_bytes: int
     estimated_memory_bytes: int = 0
@@ -206,7 +208,7 @@ class PlannedMove:
     """One move of the plan, with the dominant shares at its turn."""
 
     index_id: int
-    enabled_namespace_id: int
+    enabled_namespace_id: int | None
     from_node_id: int
     to_node_id: int
     bytes: int
@@ -349,7 +351,7 @@ def _check(
         if index.used_bytes < 0 or index.estimated_memory_bytes < 0:
             raise BalanceError(f"indices[{k}]", "byte counts must be at least 0")
         slot = (index.enabled_namespace_id, index.node_id)
-        if slot in slots:
+        if index.enabled_namespace_id is not None and slot in slots:
             raise BalanceError(
                 f"indices[{k}].node_id",
                 f"node {index.node_id} holds two indices of enabled namespace "
@@ -395,12 +397,13 @@ class _Fleet:
         self.used = {node_id: node.used_bytes for node_id, node in nodes.items()}
         self.mem = dict.fromkeys(nodes, 0)
         self.on: dict[int, set[int]] = {node_id: set() for node_id in nodes}
-        self.holders: dict[int, set[int]] = {}
+        self.holders: dict[int | None, set[int]] = {None: set()}
         self.where: dict[int, int] = {}
         for index in indices.values():
             self.mem[index.node_id] += index.estimated_memory_bytes
             self.on[index.node_id].add(index.id)
-            self.holders.setdefault(index.enabled_namespace_id, set()).add(index.node_id)
+            if index.enabled_namespace_id is not None:
+                self.holders.setdefault(index.enabled_namespace_id, set()).add(index.node_id)
             self.where[index.id] = index.node_id
 
     def budget(self, node_id: int) -> int | None:
@@ -755,8 +758,13 @@ def desired_balance(
     nodes: Iterable[BalanceNode],
     indices: Iterable[BalanceIndex],
     options: BalanceOptions | None = None,
+    *,
+    progress: Callable[[int], None] | None = None,
 ) -> Balance:
-    """The layout the fleet should converge to and the moves that get it there."""
+    """The layout the fleet should converge to and the moves that get it there.
+
+    ``progress``, when given, is called with the number of moves planned so far after
+    each step of the search (for a command's progress line)."""
     options = options or BalanceOptions()
     node_list = sorted(nodes, key=lambda node: node.id)
     index_list = sorted(indices, key=lambda index: index.id)
@@ -768,7 +776,8 @@ def desired_balance(
     bound = max(disk_bound, memory_bound or 0.0)
     search = _Search(by_node, by_index, options, _Fleet(by_node, by_index, options, bound))
     while search.step():
-        pass
+        if progress is not None:
+            progress(len(search.steps))
     complete = not search.full() or _next_move(search.fleet, search.movable) is None
     desired, moves, kept = _replay(by_node, by_index, options, bound, search.steps)
     assert kept == search.steps  # every accepted step replays as it was judged
@@ -800,7 +809,11 @@ def desired_balance(
 
 
 def _movable(indices: Mapping[int, BalanceIndex]) -> set[int]:
-    return {index_id for index_id, index in indices.items() if index.movable}
+    return {
+        index_id
+        for index_id, index in indices.items()
+        if index.movable and index.enabled_namespace_id is not None
+    }
 
 
 def relocated(

@@ -207,6 +207,13 @@ def test_only_receiving_nodes_receive_and_pinned_indices_stay():
     assert unmeasured.busiest_now == 0.0
 
 
+def test_an_index_whose_enabled_namespace_is_gone_holds_no_slot_and_stays():
+    orphans = [BalanceIndex(k, 1, None, None, 30) for k in (1, 2)]
+    result = desired_balance([node(1, 100, 70), node(2, 100, 0)], [*orphans, index(3, 1, 10)])
+    assert steps(result) == [(3, 1, 2)]
+    assert result.layout[1] == result.layout[2] == 1
+
+
 def test_an_index_that_would_move_twice_moves_once_from_its_own_node():
     # Lower bound 60 / 600 = 0.1. Index 2 (namespace 1) goes from node 1 to node 3 and
     # index 3 to node 4; node 2 then gives index 1 (namespace 1, so not to node 3) to
