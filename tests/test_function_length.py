@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 MAX_LINES = 80
 
-#: The planner's pure core and the eviction cores.
+#: The planner's pure core, the desired balance and the eviction cores.
 MODULES = (
     "planner/core.py",
     "planner/packing.py",
@@ -25,6 +25,7 @@ MODULES = (
     "planner/plan.py",
     "planner/explain.py",
     "planner/scenario.py",
+    "planner/balance.py",
     "eviction/policy.py",
     "eviction/actions.py",
 )

@@ -15,8 +15,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-#: The planner core and its parts, the scenario contract, eviction's policies, and the
-#: demo catalog's row builders (the placement bench plans them without Django).
+#: The planner core and its parts, the scenario contract, the desired balance, eviction's
+#: policies, and the demo catalog's row builders (the placement bench plans them without
+#: Django).
 PURE_MODULES = (
     "planner.core",
     "planner.packing",
@@ -25,6 +26,7 @@ PURE_MODULES = (
     "planner.plan",
     "planner.filters",
     "planner.explain",
+    "planner.balance",
     "eviction.policy",
     "eviction.memory_policy",
     "zoekt.capacity",

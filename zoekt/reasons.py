@@ -129,3 +129,7 @@ class Reason(enum.StrEnum):
     REPLACE_TARGET_DOES_NOT_FIT = "replace_target_does_not_fit"
     NODE_HOLDS_LAST_COPY = "node_holds_last_copy"
     FORCED_DELETE = "forced_delete"
+    # The desired balance (planner.balance): why a move is planned, and why a node takes none
+    REBALANCE_BUSIEST_NODE = "rebalance_busiest_node"
+    REBALANCE_NEXT_BUSIEST_NODE = "rebalance_next_busiest_node"
+    BALANCE_TARGET_NOT_RECEIVING = "balance_target_not_receiving"

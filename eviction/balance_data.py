@@ -1,0 +1,192 @@
+"""The desired balance of the fleet as it is now: the database edge of
+``planner.balance`` (docs/balance.md). Read-only: it writes nothing and starts nothing.
+
+``balance_input`` reads the fleet in a fixed number of queries, whatever its size,
+and builds the pure function's input:
+
+* every node, with its disk size and its used bytes plus the bytes of the live moves
+  heading to it (a move's target is judged that way, ``eviction.moves.choose_target``),
+  its memory budget while memory planning is on (``zoekt.memory.planning_budget``),
+  and whether it may receive: not when the node-level rules of
+  ``eviction.moves.target_refusal`` refuse it (not a search node, offline, being
+  restarted, being shut down, cooling down after an eviction, over its high memory
+  watermark), with that rule's code;
+* every index of those nodes, in any state (an evicted or orphaned row keeps its
+  node's slot for the namespace, as for a move), with its used bytes and its memory
+  estimate (``zoekt.memory``, the estimate moves and the planner use; only ready and
+  pre-ready indices have one). Only a ready index in a replica moves, and not while
+  its namespace has a live move or while its node is offline or has a live shutdown
+  record (restart, drain and replace own those);
+* the options: the margin (``planner.balance.DEFAULT_MARGIN`` unless given), the
+  disk ceiling of every move (``eviction.manual.ceiling``: the high watermark less
+  the hysteresis band), memory on while memory planning is, and the high memory
+  watermark.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+from eviction import manual, moves
+from planner.balance import (
+    DEFAULT_MARGIN,
+    Balance,
+    BalanceIndex,
+    BalanceNode,
+    BalanceOptions,
+    desired_balance,
+)
+from zoekt import app_settings, clock, memory
+from zoekt.models import Index, Move, Node, NodeShutdown
+from zoekt.reasons import Reason
+
+
+@dataclass(frozen=True)
+class BalanceInput:
+    """The fleet as ``planner.balance.desired_balance`` takes it, and what a report adds."""
+
+    nodes: tuple[BalanceNode, ...]
+    indices: tuple[BalanceIndex, ...]
+    options: BalanceOptions
+    #: ``{index id: root namespace id}``, to name a move's namespace.
+    namespace_ids: dict[int, int]
+
+
+@dataclass(frozen=True)
+class _Facts:
+    """What the receiving rules read besides the node row, read once for every node."""
+
+    now: datetime
+    restarting: frozenset[int]
+    shutting_down: frozenset[int]
+    in_maintenance: frozenset[int]
+    memory_budget: int | None
+
+
+def _facts(now: datetime, settings: app_settings.ZoektSettings) -> _Facts:
+    live = NodeShutdown.objects.live().filter(node__isnull=False)
+    leaving = live.filter(type__in=(NodeShutdown.Type.REMOVE, NodeShutdown.Type.REPLACE))
+    return _Facts(
+        now=now,
+        restarting=frozenset(Node.objects.in_restart(now).values_list("id", flat=True)),
+        shutting_down=frozenset(leaving.values_list("node_id", flat=True)),
+        in_maintenance=frozenset(live.values_list("node_id", flat=True)),
+        memory_budget=settings.node_memory_budget_bytes,
+    )
+
+
+def not_receiving(node: Node, facts: _Facts) -> Reason | None:
+    """Why the node may take no index now (the node-level rules of
+    ``eviction.moves.target_refusal``, in its order and with its codes), or None.
+    The rules about the index (its namespace, its disk and memory room) are the pure
+    function's."""
+    if Node.Service.ZOEKT not in (node.services or []):
+        return Reason.MOVE_TARGET_NOT_SEARCH_NODE
+    if not node.is_online(facts.now):
+        return Reason.MOVE_TARGET_OFFLINE
+    if node.id in facts.restarting:
+        return Reason.MOVE_TARGET_RESTARTING
+    if node.id in facts.shutting_down:
+        return Reason.MOVE_TARGET_SHUTTING_DOWN
+    if node.eviction_cooldown_until is not None and node.eviction_cooldown_until > facts.now:
+        return Reason.MOVE_TARGET_COOLING_DOWN
+    if memory.excluded_from_placement(node.metadata or {}, facts.memory_budget):
+        return Reason.MOVE_TARGET_OVER_MEMORY_WATERMARK
+    return None
+
+
+def balance_input(
+    *,
+    margin: float | None = None,
+    max_moves: int | None = None,
+    settings: app_settings.ZoektSettings | None = None,
+    now: datetime | None = None,
+) -> BalanceInput:
+    """The fleet as it is now, as the desired balance's input (read-only)."""
+    settings = settings or app_settings.current()
+    now = now or clock.now()
+    facts = _facts(now, settings)
+    inbound = moves.live_bytes_by_node("target_node_id")
+    nodes = []
+    for node in Node.objects.order_by("id"):
+        refusal = not_receiving(node, facts)
+        nodes.append(
+            BalanceNode(
+                id=node.id,
+                name=node.name,
+                total_bytes=max(node.total_bytes, 0),
+                used_bytes=max(node.used_bytes, 0) + inbound.get(node.id, 0),
+                memory_budget_bytes=_budget(node, settings),
+                receiving=refusal is None,
+                not_receiving_reason=None if refusal is None else str(refusal),
+            )
+        )
+    pinned_nodes = {n.id for n in nodes if n.not_receiving_reason == Reason.MOVE_TARGET_OFFLINE}
+    pinned_nodes |= facts.in_maintenance
+    indices, namespace_ids = _indices(settings, pinned_nodes)
+    options = BalanceOptions(
+        margin=DEFAULT_MARGIN if margin is None else margin,
+        disk_ceiling=manual.ceiling(),
+        memory=settings.node_memory_budget_bytes is not None,
+        high_memory_watermark=memory.memory_watermark_limits()[1],
+        max_moves=max_moves,
+    )
+    return BalanceInput(tuple(nodes), tuple(indices), options, namespace_ids)
+
+
+def _budget(node: Node, settings: app_settings.ZoektSettings) -> int | None:
+    budget = memory.planning_budget(node.metadata or {}, settings.node_memory_budget_bytes)
+    return budget if budget is not None and budget > 0 else None
+
+
+def _indices(
+    settings: app_settings.ZoektSettings, pinned_nodes: set[int]
+) -> tuple[list[BalanceIndex], dict[int, int]]:
+    """Every index, with its memory estimate and whether it may move (two queries, and
+    one for the namespaces with a live move)."""
+    moving = set(Move.objects.live().values_list("zoekt_enabled_namespace_id", flat=True))
+    rows = list(
+        Index.objects.order_by("id").values_list(
+            "id",
+            "zoekt_node_id",
+            "zoekt_enabled_namespace_id",
+            "zoekt_replica_id",
+            "used_storage_bytes",
+            "state",
+            "namespace_id",
+        )
+    )
+    repository = memory.repository_bytes_by_index(row[0] for row in rows)
+    ratio = settings.memory_ratio
+    out = []
+    for index_id, node_id, enabled_id, replica_id, used, state, _ns in rows:
+        out.append(
+            BalanceIndex(
+                id=index_id,
+                node_id=node_id,
+                enabled_namespace_id=enabled_id,
+                replica_id=replica_id,
+                used_bytes=max(used or 0, 0),
+                estimated_memory_bytes=memory.estimate_memory_bytes(
+                    repository.get(index_id, 0), ratio
+                ),
+                movable=state == Index.State.READY
+                and replica_id is not None
+                and enabled_id not in moving
+                and node_id not in pinned_nodes,
+            )
+        )
+    return out, {row[0]: row[6] for row in rows}
+
+
+def current_balance(
+    *,
+    margin: float | None = None,
+    max_moves: int | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> tuple[BalanceInput, Balance]:
+    """The fleet now and its desired balance (read-only: nothing is started)."""
+    fleet = balance_input(margin=margin, max_moves=max_moves)
+    return fleet, desired_balance(fleet.nodes, fleet.indices, fleet.options, progress=progress)

@@ -1,0 +1,178 @@
+"""The fleet's desired balance: where every index should be, and the moves that get there.
+
+    manage.py zoekt_balance                  # per node now → desired, the moves, converged?
+    manage.py zoekt_balance --json           # the same as JSON (planner.balance's as_dict)
+    manage.py zoekt_balance --margin 0.1     # another margin (default 0.05)
+    manage.py zoekt_balance --max-moves 20   # plan at most 20 moves
+
+Read-only: nothing is started or written; the moves are what a reconciler would
+make (docs/balance.md). The figures are dominant shares: per node the larger of
+its disk share and, while memory planning is on, its memory share. Progress of a
+long computation goes to stderr (``-v 0`` silences it).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from django.core.management.base import BaseCommand, CommandError
+
+from eviction.balance_data import BalanceInput, current_balance
+from planner.balance import Balance, BalanceError, NodeFigures
+from zoekt.units import binary_size
+
+
+class Command(BaseCommand):
+    help = (
+        "Show the fleet's desired balance: per node now and desired, the moves that would "
+        "get there, and whether the fleet has converged. Starts nothing."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("--json", action="store_true", help="print the balance as JSON")
+        parser.add_argument(
+            "--margin",
+            type=float,
+            default=None,
+            help="a move must leave its target this share below its source (default 0.05)",
+        )
+        parser.add_argument(
+            "--max-moves", type=int, default=None, help="plan at most this many moves"
+        )
+
+    def handle(self, *args, **options):
+        progress = _Progress(self.stderr, options["verbosity"])
+        try:
+            fleet, balance = current_balance(
+                margin=options["margin"], max_moves=options["max_moves"], progress=progress
+            )
+        except BalanceError as error:
+            raise CommandError(_option_error(error)) from error
+        progress.finish()
+        if options["json"]:
+            self.stdout.write(json.dumps(balance.as_dict(), indent=2, sort_keys=True))
+            return
+        self.stdout.write(render(fleet, balance))
+
+
+def _option_error(error: BalanceError) -> str:
+    """``--margin: must be ...`` for an option the command passed, else the field."""
+    if error.field.startswith("options."):
+        return f"--{error.field.removeprefix('options.').replace('_', '-')}: {error.message}"
+    return str(error)
+
+
+def _share(value: float | None) -> str:
+    return "—" if value is None else f"{value:.1%}"
+
+
+def _figures(now: NodeFigures, desired: NodeFigures, memory: bool) -> list[str]:
+    pairs = [(now.disk_share, desired.disk_share)]
+    if memory:
+        pairs.append((now.memory_share, desired.memory_share))
+    pairs.append((now.dominant_share, desired.dominant_share))
+    cells = [f"{_share(before)} → {_share(after)}" for before, after in pairs]
+    return [*cells, f"{now.index_count} → {desired.index_count}"]
+
+
+def _node_rows(balance: Balance, why_not: dict[int, str | None]) -> list[str]:
+    memory = balance.options.memory
+    header = ["node", "receives", "disk", *(["memory"] if memory else []), "dominant", "indices"]
+    rows = [header]
+    for entry in balance.nodes:
+        receives = "yes" if entry.receiving else f"no: {why_not.get(entry.node_id)}"
+        node = f"{entry.name} ({entry.node_id})"
+        rows.append([node, receives, *_figures(entry.now, entry.desired, memory)])
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    return [
+        "  " + "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip()
+        for row in rows
+    ]
+
+
+def render(fleet: BalanceInput, balance: Balance) -> str:
+    """The balance for an operator: the verdict, the bounds, per node, the moves."""
+    options = balance.options
+    names = {node.id: node.name for node in fleet.nodes}
+    why_not = {node.id: node.not_receiving_reason for node in fleet.nodes if not node.receiving}
+    memory = "on" if options.memory else "off"
+    lines = [
+        f"Desired balance (margin {options.margin:.0%}, disk ceiling {options.disk_ceiling:.0%}, "
+        f"memory {memory}): {_count(len(fleet.nodes), 'node')}, "
+        f"{_count(len(fleet.indices), 'index', 'indices')}.",
+    ]
+    if balance.converged:
+        lines.append("Converged: yes. No move is needed.")
+    else:
+        lines.append(
+            f"Converged: no. {_count(len(balance.moves), 'move')}, "
+            f"{binary_size(balance.bytes_to_move)} to move; "
+            f"{_count(len(balance.misplaced), 'index', 'indices')} not where "
+            f"{'it' if len(balance.misplaced) == 1 else 'they'} should be."
+        )
+    bounds = balance.over_lower_bound()
+    lines.append(
+        f"Busiest node over the lower bound ({_share(balance.lower_bound)}): now "
+        f"{_ratio(bounds['now'])}, when converged {_ratio(bounds['desired'])}."
+    )
+    if not balance.complete:
+        lines.append(f"The plan stops at the cap of {options.max_moves} moves; more would qualify.")
+    lines += ["", "Per node, now → desired:", *_node_rows(balance, why_not)]
+    if balance.moves:
+        lines += ["", "Moves, in order:"]
+    for k, move in enumerate(balance.moves, 1):
+        namespace = fleet.namespace_ids.get(move.index_id)
+        lines.append(
+            f"  {k}. index {move.index_id} (namespace {namespace}), "
+            f"{binary_size(move.bytes)}: {names[move.from_node_id]} ({move.from_node_id}) → "
+            f"{names[move.to_node_id]} ({move.to_node_id}); {move.reason}: source "
+            f"{_share(move.source_before)} → {_share(move.source_after)}, target "
+            f"{_share(move.target_before)} → {_share(move.target_after)}, busiest "
+            f"{_share(move.busiest_before)} → {_share(move.busiest_after)}"
+        )
+    for index_id in balance.held_back:
+        lines.append(
+            f"  index {index_id} is held back where the plan puts it: it could only move on by "
+            "moving twice; the next computation moves it."
+        )
+    lines += ["", "Nothing was started: this is what a reconciler would do."]
+    return "\n".join(lines)
+
+
+def _count(n: int, one: str, many: str | None = None) -> str:
+    return f"{n} {one if n == 1 else many or one + 's'}"
+
+
+def _ratio(entry: dict[str, float | None]) -> str:
+    ratio = entry["ratio"]
+    busiest = entry["busiest"]
+    if ratio is None:
+        return f"{_share(busiest)} (no bound)"
+    return f"{ratio:.2f}× ({_share(busiest)})"
+
+
+class _Progress:
+    """A progress line on stderr for a long computation: after a second, once a second."""
+
+    def __init__(self, stream, verbosity: int, *, delay: float = 1.0) -> None:
+        self.stream = stream
+        self.verbosity = verbosity
+        self.started = time.monotonic()
+        self.delay = 0.0 if verbosity >= 2 else delay
+        self.last = float("-inf")
+        self.shown = False
+
+    def __call__(self, planned: int) -> None:
+        now = time.monotonic()
+        if self.verbosity <= 0 or now - self.started < self.delay or now - self.last < 1.0:
+            return
+        self.last = now
+        self.shown = True
+        self.stream.write(f"computing the desired balance: moves planned so far: {planned:,}")
+        self.stream.flush()
+
+    def finish(self) -> None:
+        if self.shown:
+            elapsed = time.monotonic() - self.started
+            self.stream.write(f"computed the desired balance in {elapsed:.1f} s")
