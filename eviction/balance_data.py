@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from eviction import manual, moves
+from eviction.moves import node_refusal, out_of_service
 from planner.balance import (
     DEFAULT_MARGIN,
     Balance,
@@ -67,31 +68,24 @@ class _Facts:
 
 def _facts(now: datetime, settings: app_settings.ZoektSettings) -> _Facts:
     live = NodeShutdown.objects.live().filter(node__isnull=False)
-    leaving = live.filter(type__in=(NodeShutdown.Type.REMOVE, NodeShutdown.Type.REPLACE))
+    restarting, shutting_down = out_of_service(now)
     return _Facts(
         now=now,
-        restarting=frozenset(Node.objects.in_restart(now).values_list("id", flat=True)),
-        shutting_down=frozenset(leaving.values_list("node_id", flat=True)),
+        restarting=restarting,
+        shutting_down=shutting_down,
         in_maintenance=frozenset(live.values_list("node_id", flat=True)),
         memory_budget=settings.node_memory_budget_bytes,
     )
 
 
 def not_receiving(node: Node, facts: _Facts) -> Reason | None:
-    """Why the node may take no index now (the node-level rules of
-    ``eviction.moves.target_refusal``, in its order and with its codes), or None.
-    The rules about the index (its namespace, its disk and memory room) are the pure
-    function's."""
-    if Node.Service.ZOEKT not in (node.services or []):
-        return Reason.MOVE_TARGET_NOT_SEARCH_NODE
-    if not node.is_online(facts.now):
-        return Reason.MOVE_TARGET_OFFLINE
-    if node.id in facts.restarting:
-        return Reason.MOVE_TARGET_RESTARTING
-    if node.id in facts.shutting_down:
-        return Reason.MOVE_TARGET_SHUTTING_DOWN
-    if node.eviction_cooldown_until is not None and node.eviction_cooldown_until > facts.now:
-        return Reason.MOVE_TARGET_COOLING_DOWN
+    """Why the node may take no index now (the move target rules about the node alone,
+    ``eviction.moves.node_refusal``, and its memory watermark, with their codes), or
+    None. The rules about the index (its namespace, its disk and memory room) are the
+    pure function's."""
+    refusal = node_refusal(node, facts)
+    if refusal is not None:
+        return refusal
     if memory.excluded_from_placement(node.metadata or {}, facts.memory_budget):
         return Reason.MOVE_TARGET_OVER_MEMORY_WATERMARK
     return None

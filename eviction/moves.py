@@ -43,7 +43,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from django.db import IntegrityError, transaction
 from django.db.models import Count
@@ -379,8 +379,7 @@ def target_facts(
 ) -> TargetFacts:
     """The facts ``target_refusal`` needs for ``index`` going to any of ``nodes``."""
     configured = settings.node_memory_budget_bytes
-    restarting = frozenset(Node.objects.in_restart(now).values_list("id", flat=True))
-    held = frozenset(Node.objects.in_shutdown(now).values_list("id", flat=True))
+    restarting, shutting_down = out_of_service(now)
     return TargetFacts(
         index=index,
         size_bytes=size_bytes,
@@ -392,21 +391,34 @@ def target_facts(
             ).values_list("zoekt_node_id", flat=True)
         ),
         restarting=restarting,
-        shutting_down=held - restarting,
+        shutting_down=shutting_down,
         inbound=live_bytes_by_node("target_node_id"),
         memory_budget=configured,
         room=_memory_room(index, nodes, settings) if configured is not None else None,
     )
 
 
-def target_refusal(node: Node, facts: TargetFacts) -> Reason | None:
-    """Why ``node`` cannot take the replacement of ``facts.index`` (the first rule it
-    fails, a stable code), or None when it fits. The one statement of the target rules:
-    ``choose_target`` keeps the nodes it does not refuse, and a move by hand
-    (``eviction.manual``) is refused with its answer. The move throttles are not a
-    rule here: a busy node fits, and the move waits for a slot."""
-    if node.id == facts.index.zoekt_node_id:
-        return Reason.MOVE_TARGET_IS_SOURCE
+def out_of_service(now: datetime) -> tuple[frozenset[int], frozenset[int]]:
+    """The ids of the nodes an operator is taking out of service: those in a restart's
+    allowed delay, and those being drained or drained and not returned (the rest of
+    ``Node.objects.in_shutdown``)."""
+    restarting = frozenset(Node.objects.in_restart(now).values_list("id", flat=True))
+    held = frozenset(Node.objects.in_shutdown(now).values_list("id", flat=True))
+    return restarting, held - restarting
+
+
+class NodeFacts(Protocol):
+    """What ``node_refusal`` reads besides the node row (``TargetFacts`` has it)."""
+
+    now: datetime
+    restarting: frozenset[int]
+    shutting_down: frozenset[int]
+
+
+def node_refusal(node: Node, facts: NodeFacts) -> Reason | None:
+    """The target rules about the node alone, whatever the index: the first it fails.
+    ``target_refusal`` asks them first; the desired balance's receiving nodes are those
+    they do not refuse (``eviction.balance_data``)."""
     if Node.Service.ZOEKT not in (node.services or []):
         return Reason.MOVE_TARGET_NOT_SEARCH_NODE
     if not node.is_online(facts.now):
@@ -417,6 +429,20 @@ def target_refusal(node: Node, facts: TargetFacts) -> Reason | None:
         return Reason.MOVE_TARGET_SHUTTING_DOWN
     if node.eviction_cooldown_until is not None and node.eviction_cooldown_until > facts.now:
         return Reason.MOVE_TARGET_COOLING_DOWN
+    return None
+
+
+def target_refusal(node: Node, facts: TargetFacts) -> Reason | None:
+    """Why ``node`` cannot take the replacement of ``facts.index`` (the first rule it
+    fails, a stable code), or None when it fits. The one statement of the target rules:
+    ``choose_target`` keeps the nodes it does not refuse, and a move by hand
+    (``eviction.manual``) is refused with its answer. The move throttles are not a
+    rule here: a busy node fits, and the move waits for a slot."""
+    if node.id == facts.index.zoekt_node_id:
+        return Reason.MOVE_TARGET_IS_SOURCE
+    refusal = node_refusal(node, facts)
+    if refusal is not None:
+        return refusal
     if node.id in facts.holding:
         return Reason.MOVE_TARGET_HOLDS_NAMESPACE
     if node.total_bytes <= 0:

@@ -38,7 +38,7 @@ from tests.factories import (
     ReplicaFactory,
 )
 from zoekt import app_settings, clock
-from zoekt.models import Index, Node, Replica
+from zoekt.models import Index, Node, NodeShutdown, Replica
 from zoekt.reasons import Reason
 from zoekt.units import binary_size
 
@@ -93,12 +93,26 @@ def test_memory_is_off_while_memory_planning_is(fleet):
     assert (data.options.margin, data.options.max_moves) == (0.1, 3)
 
 
+def _drained(f: Fleet) -> None:
+    """A drain that completed, its node not returned to service: it takes nothing new."""
+    NodeShutdown.objects.create(
+        node=f.dst,
+        node_ref=f.dst.id,
+        type="remove",
+        reason="retire",
+        requested_by="ops-bob",
+        status=NodeShutdown.Status.COMPLETE,
+        status_reason="node_drained",
+    )
+
+
 SETUPS = [
     pytest.param(lambda f: None, None, id="receiving"),
     pytest.param(_update_dst(services=[]), Reason.MOVE_TARGET_NOT_SEARCH_NODE, id="not search"),
     pytest.param(_offline, Reason.MOVE_TARGET_OFFLINE, id="offline"),
     pytest.param(_restarting, Reason.MOVE_TARGET_RESTARTING, id="restarting"),
     pytest.param(_removed, Reason.MOVE_TARGET_SHUTTING_DOWN, id="shutting down"),
+    pytest.param(_drained, Reason.MOVE_TARGET_SHUTTING_DOWN, id="drained, not returned"),
     pytest.param(_cooling, Reason.MOVE_TARGET_COOLING_DOWN, id="cooling down"),
     pytest.param(
         _over_memory_watermark, Reason.MOVE_TARGET_OVER_MEMORY_WATERMARK, id="over memory"
