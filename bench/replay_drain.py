@@ -68,6 +68,7 @@ from bench.replays import (
     reset_database,
     run_all,
     setup_django,
+    traffic_replay,
 )
 
 MIB = 1024**2
@@ -205,7 +206,7 @@ def request_shutdown(replay, option: dict, progress):
 
 def run_once(label: str, option: dict, args) -> tuple[object, dict]:
     from simulator.models import zipf_hotness
-    from simulator.replay import Replay, catalog_rows, fleet_state
+    from simulator.replay import catalog_rows, fleet_state
     from zoekt import app_settings
     from zoekt.models import NodeShutdown
 
@@ -215,15 +216,7 @@ def run_once(label: str, option: dict, args) -> tuple[object, dict]:
     disk = node_size(projects, args.fill)
     reset_database()
     started = time.perf_counter()
-    replay = Replay(
-        index_size=lambda repo_id: sizes.get(repo_id, MIB),
-        traffic=traffic,
-        searches_per_sample=args.searches_per_minute,
-        tick_seconds=args.tick,
-        indexing_bytes_per_second=args.rate_mib * MIB,
-        node_concurrency=NODE_CONCURRENCY,
-        seed=args.seed,
-    )
+    replay = traffic_replay(args, sizes, traffic, node_concurrency=NODE_CONCURRENCY)
     watch = Watch(roots)
     statuses: list[tuple[float, str, str]] = []
     with replay:

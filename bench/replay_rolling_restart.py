@@ -67,6 +67,7 @@ from bench.replays import (
     reset_database,
     run_all,
     setup_django,
+    traffic_replay,
 )
 
 MIB = 1024**2
@@ -210,7 +211,7 @@ def restart_node(replay, name: str, watch: Watch, doubled: set[int], records: bo
 
 def run_once(label: str, option: dict, args) -> tuple[object, dict]:
     from simulator.models import zipf_hotness
-    from simulator.replay import Replay, catalog_rows, fleet_state
+    from simulator.replay import catalog_rows, fleet_state
     from zoekt import operator_actions
     from zoekt.models import NodeShutdown
 
@@ -221,15 +222,7 @@ def run_once(label: str, option: dict, args) -> tuple[object, dict]:
     records = option["restart_records"]
     reset_database()
     started = time.perf_counter()
-    replay = Replay(
-        index_size=lambda repo_id: sizes.get(repo_id, MIB),
-        traffic=traffic,
-        searches_per_sample=args.searches_per_minute,
-        tick_seconds=args.tick,
-        indexing_bytes_per_second=args.rate_mib * MIB,
-        node_concurrency=NODE_CONCURRENCY,
-        seed=args.seed,
-    )
+    replay = traffic_replay(args, sizes, traffic, node_concurrency=NODE_CONCURRENCY)
     watch = Watch(replay, roots, doubled)
     with replay:
         replay.settings(

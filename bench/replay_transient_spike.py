@@ -48,7 +48,15 @@ from collections import defaultdict
 from datetime import timedelta
 from unittest import mock
 
-from bench.replays import GIB, ROOT, clock_text, hours, reset_database, setup_django
+from bench.replays import (
+    GIB,
+    ROOT,
+    clock_text,
+    hours,
+    reset_database,
+    setup_django,
+    traffic_replay,
+)
 
 MIB = 1024**2
 ROOT_BASE = 800_000
@@ -205,7 +213,7 @@ class Tracker:
 def run_once(scenario: Scenario, how: Mode, args):
     from eviction.models import EvictionDecision
     from simulator.models import zipf_hotness
-    from simulator.replay import Replay, catalog_rows, fleet_state
+    from simulator.replay import catalog_rows, fleet_state
     from zoekt import actions as zoekt_actions
 
     roots, projects = build_catalog(args.seed, args.groups)
@@ -213,15 +221,7 @@ def run_once(scenario: Scenario, how: Mode, args):
     traffic = zipf_hotness(list(roots), s=1.0, seed=args.seed)
     reset_database()
     started = time.perf_counter()
-    replay = Replay(
-        index_size=lambda repo_id: index_sizes.get(repo_id, MIB),
-        traffic=traffic,
-        searches_per_sample=args.searches_per_minute,
-        tick_seconds=args.tick,
-        indexing_bytes_per_second=args.rate_mib * MIB,
-        node_concurrency=NODE_CONCURRENCY,
-        seed=args.seed,
-    )
+    replay = traffic_replay(args, index_sizes, traffic, node_concurrency=NODE_CONCURRENCY)
     replay.roots = list(roots)
     tracker = Tracker(replay)
     hot_disk: list[tuple[float, float]] = []

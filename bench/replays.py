@@ -11,6 +11,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 GIB = 1024**3
+MIB = 1024**2
 
 
 def setup_django(suffix: str) -> str:
@@ -163,6 +164,25 @@ def plot_runs(
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def traffic_replay(args, index_sizes: dict[int, int], traffic, *, node_concurrency: int = 8):
+    """A ``simulator.replay.Replay`` as the eviction, rolling-restart and drain replays
+    build it: each repository's index size (1 MiB when unknown), Zipf search traffic,
+    and indexing that takes time (``args.rate_mib`` MiB/s of index a task,
+    ``node_concurrency`` tasks a node); ``args`` gives the tick, the searches a
+    simulated minute and the seed."""
+    from simulator.replay import Replay
+
+    return Replay(
+        index_size=lambda repo_id: index_sizes.get(repo_id, MIB),
+        traffic=traffic,
+        searches_per_sample=args.searches_per_minute,
+        tick_seconds=args.tick,
+        indexing_bytes_per_second=args.rate_mib * MIB,
+        node_concurrency=node_concurrency,
+        seed=args.seed,
+    )
 
 
 def run_all(specs, run_once) -> tuple[list, list]:
