@@ -29,7 +29,7 @@ changing a single choice:
   before are never looked at one by one.
 * Within a replica, a size the search could not place fails for good (room
   only shrinks and exclusions only grow), so it is not searched again.
-* By the disk rule with a whole buffer factor, a namespace's scaled sizes
+* With a whole buffer factor, a namespace's scaled sizes
   are computed only past its first project when its first index cannot take
   it whole (the total is its repository bytes times the factor).
 
@@ -88,6 +88,10 @@ from planner.scenario import (
     gc_paused,
     parse_scenario,
 )
+
+#: A decision record built from its fields' tuple, as ``Decision(...)`` builds it
+#: but without the named tuple's Python-level constructor (once per new index).
+_decision = tuple.__new__
 
 __all__ = [
     "CONCURRENCY_FACTOR",
@@ -349,17 +353,18 @@ class _Run(MemoryDimension):
         keeps the ceiling, and if that fails too the namespace is planned once
         more without it (``disk_ceiling_abandoned`` when that succeeds).
         """
+        # ``data``, the projects as the replica simulation reads them: (pnids, pids,
+        # scaled sizes, the repository sizes summed beside them or None, the total
+        # scaled bytes, the repository sizes).
         pnids, pids, repository_sizes = namespace.columns
         num, den = self.factor
         if den == 1:
-            if num == 1:
+            # Scaled only as far as the simulation reads (``_scale_rest``): most
+            # namespaces fit their first index whole.
+            if num == 1 or not repository_sizes:
                 sizes = repository_sizes
-            elif self.memory:
-                sizes = [r * num for r in repository_sizes]
             else:
-                # Scaled only as far as the simulation reads (``_scale_rest``):
-                # most namespaces fit their first index whole.
-                sizes = [r * num for r in repository_sizes[:1]]
+                sizes = [repository_sizes[0] * num]
             total = namespace.repository_bytes * num
             data = (pnids, pids, sizes, None, total, repository_sizes)
         else:
@@ -381,7 +386,11 @@ class _Run(MemoryDimension):
             # One replica (most namespaces): ``_simulate_replicas`` without its loop.
             try:
                 stop = self._simulate_replica(ns_plan, 0, data, fit, ceilings)
-                largest = fit.finish(ns_plan, 0, data, stop)
+                # ``finish`` has nothing to do (most replicas): no refusal, note or cap.
+                if fit.skipped is None and fit.notes is None and stop == len(data[0]):
+                    largest = -1
+                else:
+                    largest = fit.finish(ns_plan, 0, data, stop)
             finally:
                 self.exhausted.release()
         else:
@@ -450,16 +459,15 @@ class _Run(MemoryDimension):
         fit: DiskFit,
         ceilings: list[int] | None = None,
     ) -> int:
-        """Plan one replica of ``data`` (``(pnids, pids, sizes, rsizes, total,
-        repository sizes)``, ``_plan_projects``); returns how many projects it
-        went through (fewer than all: the index cap stopped it). GitLab's newest
-        planner: before each project the index cap is checked; a project that
-        fits the replica's last index joins it with no node search; otherwise a
-        new index opens on the node ``fit`` chooses, excluded at once.
-        ``ceilings``: ``max_index_storage_fraction``. With memory (``MemoryFit``)
-        an index may hold less than its max_storage_bytes, and a project that
-        fits it on disk but not in memory is the fit's to decide.
-        """
+        """Plan one replica of ``data`` (``_plan_projects``); returns how many
+        projects it went through (fewer than all: the index cap stopped it).
+        GitLab's newest planner: before each project the index cap is checked;
+        a project that fits the replica's last index joins it with no node
+        search; otherwise a new index opens on the node ``fit`` chooses,
+        excluded at once. ``ceilings``: ``max_index_storage_fraction``. With
+        memory (``MemoryFit``) an index may hold less than its
+        max_storage_bytes, and a project that fits it on disk but not in
+        memory is the fit's to decide."""
         pnids, _, sizes, rsizes, total, _ = data
         nonlinear, memory, cap = rsizes is not None, fit.memory, self.cap
         indices: list[PlannedIndex] = []
@@ -495,9 +503,10 @@ class _Run(MemoryDimension):
                             continue
                     if self.log is not None:
                         cause = memory and fit.cause(bound, last, last_req + size, last_open)
-                        self.decisions.append(Decision(NEW_INDEX, ns_plan.namespace_id,
-                            replica_idx, opened, data[1][k], data[0][k], fit.demand(data, k),
-                            position, self.exhausted.frozen(), cause or None, warning))  # fmt: skip
+                        self.decisions.append(_decision(Decision, (NEW_INDEX,
+                            ns_plan.namespace_id, replica_idx, opened, data[1][k], data[0][k],
+                            fit.demand(data, k), position, self.exhausted.frozen(),
+                            cause or None, warning)))  # fmt: skip
                     last_open = self.disk[position]
                     start = None if last is None else last_to + 1
                     last = self._open_index(ns_plan, indices, position, start, size, fit, ceilings)
@@ -576,7 +585,10 @@ class _Run(MemoryDimension):
         if self.names is not None:
             index.node_name = self.names[position]
         # One index per namespace and node, from the first index on.
-        self.exhausted.add(position)
+        exhausted = self.exhausted
+        exhausted.positions.add(position)
+        exhausted.pending.append(position)
+        exhausted._frozen = None
         indices.append(index)
         self.node_indices[position].append(index)
         return index

@@ -135,7 +135,7 @@ class MemoryFit(DiskFit):
         if not self.aware:
             return super().choose(ns_plan, replica_idx, index_idx, data, k)
         run = self.run
-        r = self._r(data, k)
+        r = data[3][k] if self.nonlinear else data[2][k] // self.num  # ``_r``, written out
         if run.exhausted.pending:
             run.exhausted.flush()
         position = run.pick_both(r)
@@ -176,7 +176,8 @@ class MemoryFit(DiskFit):
         r: int,
         mem_open: int | float,
     ) -> None:
-        estimate = self._estimate(r if self.nonlinear else required // self.num)
+        # ``_estimate``, written out: once per index.
+        estimate = -(-(r if self.nonlinear else required // self.num) * self.mn // self.md)
         index.required_storage_bytes = required
         index.estimated_memory_bytes = estimate
         index.project_namespace_id_to = to
@@ -262,7 +263,9 @@ class MemoryFit(DiskFit):
         if notes:
             self.run._warn(ns_plan, replica_idx, ns_plan.replicas[-1].indices, notes)
         sizes, rsizes = data[2], data[3]
-        if skipped is None and stop == len(sizes):
+        # (``sizes`` may hold the first project's alone: only when the replica
+        # stopped at it, every project placed.)
+        if skipped is None and stop == len(data[0]):
             return -1
         refused = set(skipped or ())
         values = rsizes if self.nonlinear else sizes
@@ -346,14 +349,14 @@ class MemoryDimension:
     def _note_largest(self: Any, largest: int, data: tuple) -> None:
         """Keep the run's largest placed repository size (``largest`` -1: every
         project of the namespace was placed)."""
-        sizes, rsizes, total = data[2], data[3], data[4]
+        rsizes, total = data[3], data[4]
         if largest < 0:
             # Every project was placed. Its largest matters only if it can beat
             # the run's: not when the whole namespace is smaller.
             num = self.factor[0]
             if rsizes is None:
                 if total // num > self.largest_repository:
-                    largest = max(sizes) // num
+                    largest = max(data[5])
             else:
                 largest = max(rsizes, default=0)
         if largest > self.largest_repository:

@@ -55,10 +55,13 @@ class FirstFit:
     (exhausted) positions hold minus infinity.
     """
 
-    __slots__ = ("size", "tree", "values")
+    __slots__ = ("plain", "size", "tree", "values")
 
     def __init__(self, values: list[int]) -> None:
         self.values = values
+        #: The key is ``values`` itself (not computed by a subclass): the search
+        #: reads it with the list's own lookup, no Python frame per candidate.
+        self.plain = type(self).current is FirstFit.current
         size = 1
         while size < len(values):
             size *= 2
@@ -96,7 +99,7 @@ class FirstFit:
     def find(self, need: int) -> int | None:
         tree = self.tree
         size = self.size
-        current = self.current
+        current = self.values.__getitem__ if self.plain else self.current
         while True:
             if tree[1] < need:
                 return None
@@ -341,6 +344,8 @@ class DiskFit:
     memory = False
     #: A new index's estimated memory (none counted).
     zero: int | None = None
+    #: The replica's memory warnings (none by disk alone).
+    notes: dict[str, list] | None = None
 
     def __init__(self, run: Any) -> None:
         self.run = run
