@@ -584,11 +584,13 @@ class _Run(MemoryDimension):
         )
         if self.names is not None:
             index.node_name = self.names[position]
-        # One index per namespace and node, from the first index on.
+        # One index per namespace and node, from the first index on: ``Exhausted.add``
+        # written out (once per index), the position new to it (a search never
+        # returns an excluded one).
         exhausted = self.exhausted
         exhausted.positions.add(position)
         exhausted.pending.append(position)
-        exhausted._frozen = None
+        exhausted.snapshot = None
         indices.append(index)
         self.node_indices[position].append(index)
         return index

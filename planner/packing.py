@@ -263,14 +263,15 @@ class Exhausted:
     after their first index cost no tree update at all.
     """
 
-    __slots__ = ("_frozen", "blocked", "pending", "positions", "trees")
+    __slots__ = ("blocked", "pending", "positions", "snapshot", "trees")
 
     def __init__(self, trees: list[FirstFit]) -> None:
         self.trees = trees
         self.positions: set[int] = set()
         self.pending: list[int] = []
         self.blocked: list[int] = []
-        self._frozen: frozenset[int] | None = _NONE_EXCLUDED
+        #: Every excluded position as a frozenset, or None until ``frozen`` builds it.
+        self.snapshot: frozenset[int] | None = _NONE_EXCLUDED
 
     def __contains__(self, position: int) -> bool:
         return position in self.positions
@@ -279,7 +280,7 @@ class Exhausted:
         if position not in self.positions:
             self.positions.add(position)
             self.pending.append(position)
-            self._frozen = None
+            self.snapshot = None
 
     def flush(self) -> None:
         """Block in the trees every position added since the last flush."""
@@ -298,9 +299,9 @@ class Exhausted:
 
     def frozen(self) -> frozenset[int]:
         """Every excluded position, as an immutable set (shared while it does not change)."""
-        if self._frozen is None:
-            self._frozen = frozenset(self.positions)
-        return self._frozen
+        if self.snapshot is None:
+            self.snapshot = frozenset(self.positions)
+        return self.snapshot
 
     def release(self) -> None:
         """The namespace is planned: its excluded nodes are candidates again."""
@@ -310,7 +311,7 @@ class Exhausted:
                 self.blocked.clear()
             self.positions.clear()
             self.pending.clear()
-            self._frozen = _NONE_EXCLUDED
+            self.snapshot = _NONE_EXCLUDED
 
 
 class DiskFit:
