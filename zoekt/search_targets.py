@@ -48,12 +48,15 @@ nodes: the enabled namespace, the ready indices with their nodes, and the
 two of ``searchable`` (which also says which of them are being restarted).
 ``search_targets_many`` answers for many namespaces in those same four
 queries (a namespace with no ready index needs fewer); ``search_targets`` is
-it for one.
+it for one. ``dark_namespaces`` counts, by reason, the namespaces with search
+on that have no target, over the whole fleet in those same queries: the
+figure ``/metrics`` exports and the fleet page shows (docs/dashboard.md).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
@@ -240,13 +243,33 @@ def search_targets_many(
     root_namespace_ids: Iterable[int], now: datetime | None = None
 ) -> dict[int, SearchTargets]:
     """``search_targets`` of each root namespace id, in the same four queries for any number."""
-    now = now or clock.now()
     ids = sorted(set(root_namespace_ids))
+    enabled = EnabledNamespace.objects.filter(root_namespace_id__in=ids)
+    answers = _answers(enabled, now or clock.now())
+    for root_id in ids:
+        if root_id not in answers:
+            answers[root_id] = SearchTargets(root_id, reason=Reason.NAMESPACE_NOT_ENABLED)
+    return dict(sorted(answers.items()))
+
+
+#: Why a namespace with search on has no target: its projects are not all searchable.
+DARK_REASONS = (Reason.NO_READY_REPLICA, Reason.NO_SEARCHABLE_REPLICA)
+
+
+def dark_namespaces(now: datetime | None = None) -> dict[Reason, int]:
+    """Enabled namespaces with search on that a search finds no target for, by reason
+    (each of ``DARK_REASONS``, zeros included): ``search_targets``' own rule over every
+    such namespace, in its same four queries (fewer with no ready index)."""
+    answers = _answers(EnabledNamespace.objects.filter(search=True), now or clock.now())
+    counts = Counter(answer.reason for answer in answers.values())
+    return {reason: counts[reason] for reason in DARK_REASONS}
+
+
+def _answers(enabled_namespaces, now: datetime) -> dict[int, SearchTargets]:
+    """The answer for each enabled namespace of the queryset, by root namespace id."""
     enabled = {
         row.root_namespace_id: row
-        for row in EnabledNamespace.objects.filter(root_namespace_id__in=ids).only(
-            "id", "root_namespace_id", "search"
-        )
+        for row in enabled_namespaces.only("id", "root_namespace_id", "search")
     }
     searching = [row.id for row in enabled.values() if row.search]
     indices: list[Index] = (
@@ -277,11 +300,8 @@ def search_targets_many(
                 restarting.add(node_id)
 
     answers: dict[int, SearchTargets] = {}
-    for root_id in ids:
-        row = enabled.get(root_id)
-        if row is None:
-            answers[root_id] = SearchTargets(root_id, reason=Reason.NAMESPACE_NOT_ENABLED)
-        elif not row.search:
+    for root_id, row in enabled.items():
+        if not row.search:
             answers[root_id] = SearchTargets(root_id, reason=Reason.SEARCH_DISABLED)
         else:
             answers[root_id] = _answer(

@@ -157,6 +157,27 @@ def test_fleet_page_says_not_reported_for_a_node_without_process_health(admin_cl
     assert cell(row, "budget") == "not configured"
 
 
+def figure(response, name: str) -> str:
+    """The visible text of one of the fleet page's figures at the top."""
+    html = response.content.decode()
+    match = re.search(rf'<div class="figure" data-figure="{name}".*?</div>', html, flags=re.S)
+    assert match, f"no figure {name}"
+    return " ".join(re.sub(r"<[^>]+>", " ", match.group(0)).split())
+
+
+def test_fleet_page_counts_the_namespaces_dark_to_search_by_reason(admin_client, now):
+    fleet = build_fleet(3, 3)
+    assert figure(admin_client.get(reverse("dashboard-fleet")), "dark-namespaces") == (
+        "0 namespaces dark ( no ready replica 0 · no searchable replica 0 )"
+    )
+    # Each namespace has an index on node i and on node i + 1: two hold one on node 2.
+    Node.objects.filter(pk=fleet.nodes[2].pk).update(last_seen_at=now.replace(year=2025))
+    Index.objects.filter(pk=fleet.indices[0].pk).update(state=Index.State.PENDING)
+    assert figure(admin_client.get(reverse("dashboard-fleet")), "dark-namespaces") == (
+        "3 namespaces dark ( no ready replica 1 · no searchable replica 2 )"
+    )
+
+
 def test_fleet_page_with_no_nodes(admin_client, now):
     assert "No node has sent a heartbeat yet." in page_text(
         admin_client.get(reverse("dashboard-fleet"))
