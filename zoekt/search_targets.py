@@ -49,8 +49,10 @@ two of ``searchable`` (which also says which of them are being restarted).
 ``search_targets_many`` answers for many namespaces in those same four
 queries (a namespace with no ready index needs fewer); ``search_targets`` is
 it for one. ``dark_namespaces`` counts, by reason, the namespaces with search
-on that have no target, over the whole fleet in those same queries: the
-figure ``/metrics`` exports and the fleet page shows (docs/dashboard.md).
+on that have no target, over the whole fleet in four queries of the same
+kind: the figure ``/metrics`` exports and the fleet page shows
+(docs/dashboard.md). Both decide through ``_cover`` on the same rows, so
+they cannot disagree.
 """
 
 from __future__ import annotations
@@ -92,11 +94,15 @@ class Span:
 
     @classmethod
     def of(cls, index: Index) -> Span:
-        metadata = index.metadata or {}
+        return cls.from_row(index.id, index.zoekt_replica_id, index.zoekt_node_id, index.metadata)
+
+    @classmethod
+    def from_row(cls, index_id: int, replica_id: int, node_id: int, metadata: dict | None) -> Span:
+        metadata = metadata or {}
         return cls(
-            index_id=index.id,
-            replica_id=index.zoekt_replica_id,
-            node_id=index.zoekt_node_id,
+            index_id=index_id,
+            replica_id=replica_id,
+            node_id=node_id,
             project_namespace_id_from=metadata.get("project_namespace_id_from"),
             project_namespace_id_to=metadata.get("project_namespace_id_to"),
         )
@@ -243,33 +249,13 @@ def search_targets_many(
     root_namespace_ids: Iterable[int], now: datetime | None = None
 ) -> dict[int, SearchTargets]:
     """``search_targets`` of each root namespace id, in the same four queries for any number."""
+    now = now or clock.now()
     ids = sorted(set(root_namespace_ids))
-    enabled = EnabledNamespace.objects.filter(root_namespace_id__in=ids)
-    answers = _answers(enabled, now or clock.now())
-    for root_id in ids:
-        if root_id not in answers:
-            answers[root_id] = SearchTargets(root_id, reason=Reason.NAMESPACE_NOT_ENABLED)
-    return dict(sorted(answers.items()))
-
-
-#: Why a namespace with search on has no target: its projects are not all searchable.
-DARK_REASONS = (Reason.NO_READY_REPLICA, Reason.NO_SEARCHABLE_REPLICA)
-
-
-def dark_namespaces(now: datetime | None = None) -> dict[Reason, int]:
-    """Enabled namespaces with search on that a search finds no target for, by reason
-    (each of ``DARK_REASONS``, zeros included): ``search_targets``' own rule over every
-    such namespace, in its same four queries (fewer with no ready index)."""
-    answers = _answers(EnabledNamespace.objects.filter(search=True), now or clock.now())
-    counts = Counter(answer.reason for answer in answers.values())
-    return {reason: counts[reason] for reason in DARK_REASONS}
-
-
-def _answers(enabled_namespaces, now: datetime) -> dict[int, SearchTargets]:
-    """The answer for each enabled namespace of the queryset, by root namespace id."""
     enabled = {
         row.root_namespace_id: row
-        for row in enabled_namespaces.only("id", "root_namespace_id", "search")
+        for row in EnabledNamespace.objects.filter(root_namespace_id__in=ids).only(
+            "id", "root_namespace_id", "search"
+        )
     }
     searching = [row.id for row in enabled.values() if row.search]
     indices: list[Index] = (
@@ -284,7 +270,54 @@ def _answers(enabled_namespaces, now: datetime) -> dict[int, SearchTargets]:
     by_namespace: dict[int, list[Index]] = {}
     for index in indices:
         by_namespace.setdefault(index.zoekt_enabled_namespace_id, []).append(index)
-    node_ids = {index.zoekt_node_id for index in indices}
+    searchable, restarting = _searchable_nodes({index.zoekt_node_id for index in indices}, now)
+
+    answers: dict[int, SearchTargets] = {}
+    for root_id in ids:
+        row = enabled.get(root_id)
+        if row is None:
+            answers[root_id] = SearchTargets(root_id, reason=Reason.NAMESPACE_NOT_ENABLED)
+        elif not row.search:
+            answers[root_id] = SearchTargets(root_id, reason=Reason.SEARCH_DISABLED)
+        else:
+            answers[root_id] = _answer(
+                root_id, by_namespace.get(row.id, []), searchable, restarting
+            )
+    return answers
+
+
+#: Why a namespace with search on has no target: its projects are not all searchable.
+DARK_REASONS = (Reason.NO_READY_REPLICA, Reason.NO_SEARCHABLE_REPLICA)
+
+
+def dark_namespaces(now: datetime | None = None) -> dict[Reason, int]:
+    """Enabled namespaces with search on that a search finds no target for, by reason
+    (each of ``DARK_REASONS``, zeros included): ``search_targets``' rule (``_cover``)
+    over every such namespace, in four queries whatever their number (the namespaces,
+    their routable indices as bare rows, and the two of ``_searchable_nodes``)."""
+    now = now or clock.now()
+    spans: dict[int, list[Span]] = {
+        namespace_id: []
+        for namespace_id in EnabledNamespace.objects.filter(search=True).values_list(
+            "id", flat=True
+        )
+    }
+    rows = routable_indices(list(spans)).values_list(
+        "zoekt_enabled_namespace_id", "id", "zoekt_replica_id", "zoekt_node_id", "metadata"
+    )
+    for namespace_id, *row in rows:  # no query for no namespace (an empty IN)
+        spans[namespace_id].append(Span.from_row(*row))
+    searchable, restarting = _searchable_nodes(
+        {span.node_id for own in spans.values() for span in own}, now
+    )
+    counts = Counter(_cover(own, searchable, restarting)[1] for own in spans.values())
+    return {reason: counts[reason] for reason in DARK_REASONS}
+
+
+def _searchable_nodes(node_ids: set[int], now: datetime) -> tuple[set[int], set[int]]:
+    """Which of the nodes a search may go to, and which of those an operator is
+    restarting within its allowed delay (the two queries of ``searchable``; none
+    for no node)."""
     searchable: set[int] = set()
     restarting: set[int] = set()
     if node_ids:
@@ -298,26 +331,26 @@ def _answers(enabled_namespaces, now: datetime) -> dict[int, SearchTargets]:
             searchable.add(node_id)
             if in_restart:
                 restarting.add(node_id)
+    return searchable, restarting
 
-    answers: dict[int, SearchTargets] = {}
-    for root_id, row in enabled.items():
-        if not row.search:
-            answers[root_id] = SearchTargets(root_id, reason=Reason.SEARCH_DISABLED)
-        else:
-            answers[root_id] = _answer(
-                root_id, by_namespace.get(row.id, []), searchable, restarting
-            )
-    return answers
+
+def _cover(
+    spans: list[Span], searchable: set[int], restarting: set[int]
+) -> tuple[list[Served] | None, Reason | None]:
+    """The cover on searchable nodes of one namespace's ready spans, or why there is none."""
+    pieces = cover_avoiding([span for span in spans if span.node_id in searchable], restarting)
+    if pieces is None:
+        # Not covered on searchable nodes: by ready indices at all, or only elsewhere.
+        reason = Reason.NO_READY_REPLICA if cover(spans) is None else Reason.NO_SEARCHABLE_REPLICA
+        return None, reason
+    return pieces, None
 
 
 def _answer(
     root_id: int, indices: list[Index], searchable: set[int], restarting: set[int] = frozenset()
 ) -> SearchTargets:
-    spans = [Span.of(index) for index in indices]
-    pieces = cover_avoiding([span for span in spans if span.node_id in searchable], restarting)
+    pieces, reason = _cover([Span.of(index) for index in indices], searchable, restarting)
     if pieces is None:
-        # Not covered on searchable nodes: by ready indices at all, or only elsewhere.
-        reason = Reason.NO_READY_REPLICA if cover(spans) is None else Reason.NO_SEARCHABLE_REPLICA
         return SearchTargets(root_id, reason=reason)
     by_id = {index.id: index for index in indices}
     targets = []

@@ -478,7 +478,8 @@ def test_many_namespaces_are_answered_in_four_queries_each_as_alone(now):
 
 def test_dark_namespaces_counts_by_reason_what_search_targets_answers(now):
     app_settings.current()  # cached, as in the counts above
-    good, off, waiting, gap, offline, dark, never = (EnabledNamespaceFactory() for _ in range(7))
+    namespaces = [EnabledNamespaceFactory() for _ in range(8)]
+    good, off, waiting, gap, offline, dark, _never_placed, covered = namespaces
     off.search = False
     off.save()
     first = search_node("zoekt-0")
@@ -493,7 +494,9 @@ def test_dark_namespaces_counts_by_reason_what_search_targets_answers(now):
     )  # ids 1001.. have no ready index
     ready_replica(offline, search_node("zoekt-3", last_seen_at=now - timedelta(hours=1)))
     ready_replica(dark, mmap_exhausted_node("zoekt-4"))
-    namespaces = (good, off, waiting, gap, offline, dark, never)
+    # Each replica lost one half, on a different node: together they still cover.
+    ready_replica(covered, first, mmap_exhausted_node("zoekt-5"))
+    ready_replica(covered, mmap_exhausted_node("zoekt-6"), search_node("zoekt-7"))
     answers = search_targets_many(e.root_namespace_id for e in namespaces)
 
     with CaptureQueriesContext(connection) as queries:
