@@ -48,7 +48,7 @@ nodes: the enabled namespace, the ready indices with their nodes, and the
 two of ``searchable`` (which also says which of them are being restarted).
 ``search_targets_many`` answers for many namespaces in those same four
 queries (a namespace with no ready index needs fewer); ``search_targets`` is
-it for one. ``dark_namespaces`` counts, by reason, the namespaces with search
+it for one. ``dark_namespaces`` names, by reason, the namespaces with search
 on that have no target, over the whole fleet in four queries of the same
 kind: the figure ``/metrics`` exports and the fleet page shows
 (docs/dashboard.md). Both decide through ``_cover`` on the same rows, so
@@ -58,7 +58,6 @@ they cannot disagree.
 from __future__ import annotations
 
 import dataclasses
-from collections import Counter
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
@@ -290,18 +289,17 @@ def search_targets_many(
 DARK_REASONS = (Reason.NO_READY_REPLICA, Reason.NO_SEARCHABLE_REPLICA)
 
 
-def dark_namespaces(now: datetime | None = None) -> dict[Reason, int]:
-    """Enabled namespaces with search on that a search finds no target for, by reason
-    (each of ``DARK_REASONS``, zeros included): ``search_targets``' rule (``_cover``)
-    over every such namespace, in four queries whatever their number (the namespaces,
-    their routable indices as bare rows, and the two of ``_searchable_nodes``)."""
+def dark_namespaces(now: datetime | None = None) -> dict[Reason, list[int]]:
+    """The root namespace ids, lowest first, of the enabled namespaces with search on
+    that a search finds no target for, by reason (each of ``DARK_REASONS``, empty
+    ones included): ``search_targets``' rule (``_cover``) over every such namespace,
+    in four queries whatever their number (the namespaces, their routable indices as
+    bare rows, and the two of ``_searchable_nodes``)."""
     now = now or clock.now()
-    spans: dict[int, list[Span]] = {
-        namespace_id: []
-        for namespace_id in EnabledNamespace.objects.filter(search=True).values_list(
-            "id", flat=True
-        )
-    }
+    roots = dict(
+        EnabledNamespace.objects.filter(search=True).values_list("id", "root_namespace_id")
+    )
+    spans: dict[int, list[Span]] = {namespace_id: [] for namespace_id in roots}
     rows = routable_indices(list(spans)).values_list(
         "zoekt_enabled_namespace_id", "id", "zoekt_replica_id", "zoekt_node_id", "metadata"
     )
@@ -310,8 +308,12 @@ def dark_namespaces(now: datetime | None = None) -> dict[Reason, int]:
     searchable, restarting = _searchable_nodes(
         {span.node_id for own in spans.values() for span in own}, now
     )
-    counts = Counter(_cover(own, searchable, restarting)[1] for own in spans.values())
-    return {reason: counts[reason] for reason in DARK_REASONS}
+    dark: dict[Reason, list[int]] = {reason: [] for reason in DARK_REASONS}
+    for namespace_id, own in spans.items():
+        reason = _cover(own, searchable, restarting)[1]
+        if reason is not None:
+            dark[reason].append(roots[namespace_id])
+    return {reason: sorted(ids) for reason, ids in dark.items()}
 
 
 def _searchable_nodes(node_ids: set[int], now: datetime) -> tuple[set[int], set[int]]:

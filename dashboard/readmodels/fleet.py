@@ -34,6 +34,9 @@ from zoekt import app_settings, capacity, clock, memory, search_health, search_t
 from zoekt.capacity import NodeWatermark
 from zoekt.models import EnabledNamespace, Index, Node, Replica, Repository, Task
 
+#: How many dark namespaces the fleet page links to by name.
+DARK_EXAMPLES = 5
+
 
 @dataclasses.dataclass(frozen=True)
 class NodeRow:
@@ -110,6 +113,8 @@ class FleetOverview:
     #: Enabled namespaces with search on whose projects a search cannot all reach, by
     #: reason (``zoekt.search_targets.dark_namespaces``: its rule, over every namespace).
     dark_namespaces: dict[str, int] = dataclasses.field(default_factory=dict)
+    #: The first few of them (root namespace ids, lowest first), for the page to link.
+    dark_examples: tuple[int, ...] = ()
 
     @property
     def dark(self) -> int:
@@ -229,6 +234,7 @@ def fleet_overview(
         for node in nodes
     ]
     rows.sort(key=lambda row: (natural_key(row.name), row.id))
+    dark = search_targets.dark_namespaces(now)
     enabled = EnabledNamespace.objects.aggregate(
         total=Count("id"), search=Count("id", filter=Q(search=True))
     )
@@ -247,7 +253,6 @@ def fleet_overview(
         enabled_namespaces=enabled["total"],
         search_enabled_namespaces=enabled["search"],
         split_namespaces=EnabledNamespace.objects.filter(SPLIT).count(),
-        dark_namespaces={
-            str(reason): count for reason, count in search_targets.dark_namespaces(now).items()
-        },
+        dark_namespaces={str(reason): len(ids) for reason, ids in dark.items()},
+        dark_examples=tuple(sorted(i for ids in dark.values() for i in ids)[:DARK_EXAMPLES]),
     )

@@ -476,10 +476,10 @@ def test_many_namespaces_are_answered_in_four_queries_each_as_alone(now):
     ]
 
 
-def test_dark_namespaces_counts_by_reason_what_search_targets_answers(now):
+def test_dark_namespaces_are_those_search_targets_finds_no_target_for_by_reason(now):
     app_settings.current()  # cached, as in the counts above
     namespaces = [EnabledNamespaceFactory() for _ in range(8)]
-    good, off, waiting, gap, offline, dark, _never_placed, covered = namespaces
+    good, off, waiting, gap, offline, dark_ns, never_placed, covered = namespaces
     off.search = False
     off.save()
     first = search_node("zoekt-0")
@@ -493,18 +493,21 @@ def test_dark_namespaces_counts_by_reason_what_search_targets_answers(now):
         state=Index.State.PENDING
     )  # ids 1001.. have no ready index
     ready_replica(offline, search_node("zoekt-3", last_seen_at=now - timedelta(hours=1)))
-    ready_replica(dark, mmap_exhausted_node("zoekt-4"))
+    ready_replica(dark_ns, mmap_exhausted_node("zoekt-4"))
     # Each replica lost one half, on a different node: together they still cover.
     ready_replica(covered, first, mmap_exhausted_node("zoekt-5"))
     ready_replica(covered, mmap_exhausted_node("zoekt-6"), search_node("zoekt-7"))
     answers = search_targets_many(e.root_namespace_id for e in namespaces)
 
     with CaptureQueriesContext(connection) as queries:
-        counts = dark_namespaces(now)
+        dark = dark_namespaces(now)
     assert len(queries) == 4
-    assert counts == {"no_ready_replica": 3, "no_searchable_replica": 2}
-    assert counts == {
-        reason: sum(1 for answer in answers.values() if answer.reason == reason)
+    assert dark == {
+        "no_ready_replica": sorted(e.root_namespace_id for e in (waiting, gap, never_placed)),
+        "no_searchable_replica": sorted(e.root_namespace_id for e in (offline, dark_ns)),
+    }
+    assert dark == {
+        reason: sorted(root_id for root_id, answer in answers.items() if answer.reason == reason)
         for reason in ("no_ready_replica", "no_searchable_replica")
     }
 
@@ -513,7 +516,7 @@ def test_a_fleet_whose_searches_all_have_a_target_has_no_dark_namespace(now):
     enabled = EnabledNamespaceFactory()
     ready_replica(enabled, search_node("zoekt-0"), search_node("zoekt-1"))
     before = list(Index.objects.values_list("id", "state").order_by("id"))
-    assert dark_namespaces(now) == {"no_ready_replica": 0, "no_searchable_replica": 0}
+    assert dark_namespaces(now) == {"no_ready_replica": [], "no_searchable_replica": []}
     assert list(Index.objects.values_list("id", "state").order_by("id")) == before
 
 

@@ -142,7 +142,7 @@ def seed() -> dict:
         "online": sum(1 for node in nodes if node.is_online(clock.now())),
         "searchable": len(searchable),
         "enabled_namespaces": EnabledNamespace.objects.count(),
-        "dark": str(sum(dark_namespaces().values())),
+        "dark": str(sum(len(ids) for ids in dark_namespaces().values())),
         "replicas_ready": Replica.objects.filter(state=Replica.State.READY).count(),
         "plan_id": plan.id,
         "fits": fits.root_namespace_id,
