@@ -260,7 +260,15 @@ class FleetCollector:
             "The memory ratio setting: estimated memory per repository byte.",
         )
         ratio.add_metric([], overview.memory_ratio)
-        yield from (replicas, tasks, namespaces, nodes, ratio)
+        dark = _gauge(
+            "zoekt_control_namespaces_dark",
+            "Enabled namespaces with search on whose ready indices on searchable nodes do not "
+            "cover every project (a search finds no target), by reason.",
+            ("reason",),
+        )
+        for reason, count in overview.dark_namespaces.items():
+            dark.add_metric([reason], count)
+        yield from (replicas, tasks, namespaces, nodes, ratio, dark)
 
     def _maintenance(self, overview: FleetOverview) -> Iterator[Metric]:
         """Nodes with a live shutdown record, and what each drain has left (no query of
@@ -379,12 +387,15 @@ class FleetCollector:
         yield from self._moves()
 
     def _moves(self) -> Iterator[Metric]:
-        """Moves by state and reason, and the bytes moving (one grouped query)."""
-        by_state = _gauge(
+        """Moves by state and reason, and the bytes moving (one grouped query).
+
+        A move with no reason (most states) has no ``reason`` label rather than an empty
+        one, so the family's samples carry ``state`` alone or ``state`` and ``reason``."""
+        by_state = Metric(
             "zoekt_control_moves",
-            "Moves kept, by state and reason (in flight: planned, building, ready_to_swap, "
-            "swapping; fallbacks and parked moves carry their reason).",
-            ("state", "reason"),
+            "Moves kept, by state, and by reason where the move has one (in flight: planned, "
+            "building, ready_to_swap, swapping; fallbacks and parked moves carry their reason).",
+            "gauge",
         )
         moving = _gauge(
             "zoekt_control_moving_bytes", "Used bytes of the indices being moved off their node."
@@ -398,13 +409,14 @@ class FleetCollector:
         seen = set()
         in_flight = 0
         for state, reason, count, size in rows:
-            by_state.add_metric([state, reason], count)
+            labels = {"state": state, "reason": reason} if reason else {"state": state}
+            by_state.add_sample("zoekt_control_moves", labels, count)
             seen.add(state)
             if state in Move.LIVE:
                 in_flight += size or 0
         for state in Move.State.values:
             if state not in seen:
-                by_state.add_metric([state, ""], 0)
+                by_state.add_sample("zoekt_control_moves", {"state": state}, 0)
         moving.add_metric([], in_flight)
         yield from (by_state, moving, self._move_durations())
 

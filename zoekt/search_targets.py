@@ -48,7 +48,11 @@ nodes: the enabled namespace, the ready indices with their nodes, and the
 two of ``searchable`` (which also says which of them are being restarted).
 ``search_targets_many`` answers for many namespaces in those same four
 queries (a namespace with no ready index needs fewer); ``search_targets`` is
-it for one.
+it for one. ``dark_namespaces`` names, by reason, the namespaces with search
+on that have no target, over the whole fleet in four queries of the same
+kind: the figure ``/metrics`` exports and the fleet page shows
+(docs/dashboard.md). Both decide through ``_cover`` on the same rows, so
+they cannot disagree.
 """
 
 from __future__ import annotations
@@ -89,11 +93,15 @@ class Span:
 
     @classmethod
     def of(cls, index: Index) -> Span:
-        metadata = index.metadata or {}
+        return cls.from_row(index.id, index.zoekt_replica_id, index.zoekt_node_id, index.metadata)
+
+    @classmethod
+    def from_row(cls, index_id: int, replica_id: int, node_id: int, metadata: dict | None) -> Span:
+        metadata = metadata or {}
         return cls(
-            index_id=index.id,
-            replica_id=index.zoekt_replica_id,
-            node_id=index.zoekt_node_id,
+            index_id=index_id,
+            replica_id=replica_id,
+            node_id=node_id,
             project_namespace_id_from=metadata.get("project_namespace_id_from"),
             project_namespace_id_to=metadata.get("project_namespace_id_to"),
         )
@@ -261,20 +269,7 @@ def search_targets_many(
     by_namespace: dict[int, list[Index]] = {}
     for index in indices:
         by_namespace.setdefault(index.zoekt_enabled_namespace_id, []).append(index)
-    node_ids = {index.zoekt_node_id for index in indices}
-    searchable: set[int] = set()
-    restarting: set[int] = set()
-    if node_ids:
-        rows = (
-            Node.objects.filter(pk__in=node_ids)
-            .searchable(now)
-            .annotate(restarting=Node.objects.restart_hold(now))
-            .values_list("id", "restarting")
-        )
-        for node_id, in_restart in rows:
-            searchable.add(node_id)
-            if in_restart:
-                restarting.add(node_id)
+    searchable, restarting = _searchable_nodes({index.zoekt_node_id for index in indices}, now)
 
     answers: dict[int, SearchTargets] = {}
     for root_id in ids:
@@ -290,14 +285,74 @@ def search_targets_many(
     return answers
 
 
-def _answer(
-    root_id: int, indices: list[Index], searchable: set[int], restarting: set[int] = frozenset()
-) -> SearchTargets:
-    spans = [Span.of(index) for index in indices]
+#: Why a namespace with search on has no target: its projects are not all searchable.
+DARK_REASONS = (Reason.NO_READY_REPLICA, Reason.NO_SEARCHABLE_REPLICA)
+
+
+def dark_namespaces(now: datetime | None = None) -> dict[Reason, list[int]]:
+    """The root namespace ids, lowest first, of the enabled namespaces with search on
+    that a search finds no target for, by reason (each of ``DARK_REASONS``, empty
+    ones included): ``search_targets``' rule (``_cover``) over every such namespace,
+    in four queries whatever their number (the namespaces, their routable indices as
+    bare rows, and the two of ``_searchable_nodes``)."""
+    now = now or clock.now()
+    roots = dict(
+        EnabledNamespace.objects.filter(search=True).values_list("id", "root_namespace_id")
+    )
+    spans: dict[int, list[Span]] = {namespace_id: [] for namespace_id in roots}
+    rows = routable_indices(list(spans)).values_list(
+        "zoekt_enabled_namespace_id", "id", "zoekt_replica_id", "zoekt_node_id", "metadata"
+    )
+    for namespace_id, *row in rows:  # no query for no namespace (an empty IN)
+        spans[namespace_id].append(Span.from_row(*row))
+    searchable, restarting = _searchable_nodes(
+        {span.node_id for own in spans.values() for span in own}, now
+    )
+    dark: dict[Reason, list[int]] = {reason: [] for reason in DARK_REASONS}
+    for namespace_id, own in spans.items():
+        reason = _cover(own, searchable, restarting)[1]
+        if reason is not None:
+            dark[reason].append(roots[namespace_id])
+    return {reason: sorted(ids) for reason, ids in dark.items()}
+
+
+def _searchable_nodes(node_ids: set[int], now: datetime) -> tuple[set[int], set[int]]:
+    """Which of the nodes a search may go to, and which of those an operator is
+    restarting within its allowed delay (the two queries of ``searchable``; none
+    for no node)."""
+    searchable: set[int] = set()
+    restarting: set[int] = set()
+    if node_ids:
+        rows = (
+            Node.objects.filter(pk__in=node_ids)
+            .searchable(now)
+            .annotate(restarting=Node.objects.restart_hold(now))
+            .values_list("id", "restarting")
+        )
+        for node_id, in_restart in rows:
+            searchable.add(node_id)
+            if in_restart:
+                restarting.add(node_id)
+    return searchable, restarting
+
+
+def _cover(
+    spans: list[Span], searchable: set[int], restarting: set[int]
+) -> tuple[list[Served] | None, Reason | None]:
+    """The cover on searchable nodes of one namespace's ready spans, or why there is none."""
     pieces = cover_avoiding([span for span in spans if span.node_id in searchable], restarting)
     if pieces is None:
         # Not covered on searchable nodes: by ready indices at all, or only elsewhere.
         reason = Reason.NO_READY_REPLICA if cover(spans) is None else Reason.NO_SEARCHABLE_REPLICA
+        return None, reason
+    return pieces, None
+
+
+def _answer(
+    root_id: int, indices: list[Index], searchable: set[int], restarting: set[int] = frozenset()
+) -> SearchTargets:
+    pieces, reason = _cover([Span.of(index) for index in indices], searchable, restarting)
+    if pieces is None:
         return SearchTargets(root_id, reason=reason)
     by_id = {index.id: index for index in indices}
     targets = []

@@ -3,7 +3,8 @@
 Per node disk (used, reserved, unclaimed, total and the watermark), memory
 (``zoekt.memory.node_memory_report``: estimated against observed RSS against the
 budget), shards loaded, index and task counts, online and searchable
-(``NodeQuerySet.online`` / ``searchable``), and the fleet's counts by state.
+(``NodeQuerySet.online`` / ``searchable``), the fleet's counts by state, and the
+namespaces dark to search, by reason (``zoekt.search_targets.dark_namespaces``).
 """
 
 from __future__ import annotations
@@ -29,9 +30,12 @@ from dashboard.readmodels.common import (
     seconds_since,
 )
 from dashboard.readmodels.maintenance import ShutdownRow, node_maintenance
-from zoekt import app_settings, capacity, clock, memory, search_health
+from zoekt import app_settings, capacity, clock, memory, search_health, search_targets
 from zoekt.capacity import NodeWatermark
 from zoekt.models import EnabledNamespace, Index, Node, Replica, Repository, Task
+
+#: How many dark namespaces the fleet page links to by name.
+DARK_EXAMPLES = 5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,6 +110,16 @@ class FleetOverview:
     search_enabled_namespaces: int
     #: Enabled namespaces with a replica of more than one index (split over nodes).
     split_namespaces: int = 0
+    #: Enabled namespaces with search on whose projects a search cannot all reach, by
+    #: reason (``zoekt.search_targets.dark_namespaces``: its rule, over every namespace).
+    dark_namespaces: dict[str, int] = dataclasses.field(default_factory=dict)
+    #: The first few of them (root namespace ids, lowest first), for the page to link.
+    dark_examples: tuple[int, ...] = ()
+
+    @property
+    def dark(self) -> int:
+        """Enabled namespaces with search on that a search finds no target for."""
+        return sum(self.dark_namespaces.values())
 
     @property
     def in_maintenance(self) -> int:
@@ -146,10 +160,11 @@ def fleet_overview(
 
     Queries: nodes with their reservations (1), searchable (2), memory (3),
     indices per node and state (1), tasks per node and state (1), the live
-    shutdown records (1, and 2 more while a node drains), and one count each
+    shutdown records (1, and 2 more while a node drains), one count each
     for index watermark levels, replicas, repositories, enabled namespaces and
-    split namespaces: 14 (16 with a drain), whatever the fleet size (the
-    settings come from their cache).
+    split namespaces, and the dark namespaces (``search_targets``' four: the
+    namespaces, their ready indices, searchable): 18 (20 with a drain), whatever
+    the fleet size (the settings come from their cache).
     """
     now = now or clock.now()
     settings = settings or app_settings.current()
@@ -219,6 +234,7 @@ def fleet_overview(
         for node in nodes
     ]
     rows.sort(key=lambda row: (natural_key(row.name), row.id))
+    dark = search_targets.dark_namespaces(now)
     enabled = EnabledNamespace.objects.aggregate(
         total=Count("id"), search=Count("id", filter=Q(search=True))
     )
@@ -237,4 +253,6 @@ def fleet_overview(
         enabled_namespaces=enabled["total"],
         search_enabled_namespaces=enabled["search"],
         split_namespaces=EnabledNamespace.objects.filter(SPLIT).count(),
+        dark_namespaces={str(reason): len(ids) for reason, ids in dark.items()},
+        dark_examples=tuple(sorted(i for ids in dark.values() for i in ids)[:DARK_EXAMPLES]),
     )

@@ -25,7 +25,7 @@ from tests.factories import (
 )
 from zoekt import app_settings
 from zoekt.models import EnabledNamespace, Index, Node, Replica
-from zoekt.search_targets import search_targets, search_targets_many
+from zoekt.search_targets import dark_namespaces, search_targets, search_targets_many
 
 pytestmark = pytest.mark.django_db
 
@@ -474,6 +474,69 @@ def test_many_namespaces_are_answered_in_four_queries_each_as_alone(now):
         ("zoekt-0", mixed.id),
         ("zoekt-6", mixed.id + 1),
     ]
+
+
+def test_dark_namespaces_are_those_search_targets_finds_no_target_for_by_reason(now):
+    app_settings.current()  # cached, as in the counts above
+    namespaces = [EnabledNamespaceFactory() for _ in range(8)]
+    good, off, waiting, gap, offline, dark_ns, never_placed, covered = namespaces
+    off.search = False
+    off.save()
+    first = search_node("zoekt-0")
+    ready_replica(good, first)
+    ready_replica(off, mmap_exhausted_node("zoekt-1"))  # search off: not dark, whatever it holds
+    pending = ReplicaFactory(zoekt_enabled_namespace=waiting, state=Replica.State.PENDING)
+    IndexFactory(zoekt_replica=pending, zoekt_node=first, state=Index.State.PENDING)
+    upper = search_node("zoekt-2")
+    holed = ready_replica(gap, first, upper)
+    Index.objects.filter(zoekt_replica=holed, zoekt_node=upper).update(
+        state=Index.State.PENDING
+    )  # ids 1001.. have no ready index
+    ready_replica(offline, search_node("zoekt-3", last_seen_at=now - timedelta(hours=1)))
+    ready_replica(dark_ns, mmap_exhausted_node("zoekt-4"))
+    # Each replica lost one half, on a different node: together they still cover.
+    ready_replica(covered, first, mmap_exhausted_node("zoekt-5"))
+    ready_replica(covered, mmap_exhausted_node("zoekt-6"), search_node("zoekt-7"))
+    answers = search_targets_many(e.root_namespace_id for e in namespaces)
+
+    with CaptureQueriesContext(connection) as queries:
+        dark = dark_namespaces(now)
+    assert len(queries) == 4
+    assert dark == {
+        "no_ready_replica": sorted(e.root_namespace_id for e in (waiting, gap, never_placed)),
+        "no_searchable_replica": sorted(e.root_namespace_id for e in (offline, dark_ns)),
+    }
+    assert dark == {
+        reason: sorted(root_id for root_id, answer in answers.items() if answer.reason == reason)
+        for reason in ("no_ready_replica", "no_searchable_replica")
+    }
+
+
+def test_a_fleet_whose_searches_all_have_a_target_has_no_dark_namespace(now):
+    enabled = EnabledNamespaceFactory()
+    ready_replica(enabled, search_node("zoekt-0"), search_node("zoekt-1"))
+    before = list(Index.objects.values_list("id", "state").order_by("id"))
+    assert dark_namespaces(now) == {"no_ready_replica": [], "no_searchable_replica": []}
+    assert list(Index.objects.values_list("id", "state").order_by("id")) == before
+
+
+def test_dark_namespaces_costs_four_queries_whatever_the_fleet(now):
+    app_settings.current()
+
+    def cost() -> int:
+        with CaptureQueriesContext(connection) as queries:
+            dark_namespaces(now)
+        return len(queries)
+
+    ready_replica(EnabledNamespaceFactory(), search_node("zoekt-0"))
+    small = cost()
+    for i in range(10):
+        ready_replica(
+            EnabledNamespaceFactory(),
+            search_node(f"zoekt-a{i}"),
+            mmap_exhausted_node(f"zoekt-b{i}"),
+        )
+    assert small == cost() == 4
 
 
 def test_no_namespace_no_query():

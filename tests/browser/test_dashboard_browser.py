@@ -33,6 +33,7 @@ from tests.dashboard.builders import build_fleet, unplaced_namespace
 from zoekt import app_settings, clock, memory, shutdowns
 from zoekt.admin import human_bytes
 from zoekt.models import EnabledNamespace, Index, Move, Node, NodeShutdown, Project, Replica
+from zoekt.search_targets import dark_namespaces
 
 # Fixed ids and a fixed plan time keep the screenshots the same from run to run.
 pytestmark = pytest.mark.django_db(transaction=True, reset_sequences=True)
@@ -141,6 +142,7 @@ def seed() -> dict:
         "online": sum(1 for node in nodes if node.is_online(clock.now())),
         "searchable": len(searchable),
         "enabled_namespaces": EnabledNamespace.objects.count(),
+        "dark": str(sum(len(ids) for ids in dark_namespaces().values())),
         "replicas_ready": Replica.objects.filter(state=Replica.State.READY).count(),
         "plan_id": plan.id,
         "fits": fits.root_namespace_id,
@@ -234,6 +236,7 @@ def test_operator_reads_every_dashboard_page(browser_ready, live_server, tmp_pat
             used = text(page, f"#nodes tr[data-node-name='{name}'] td.memory-percent")
             assert re.match(r"\d+\.\d% (normal|low|high|critical)", used), used
         assert text(page, "[data-figure=split-namespaces] .value") == expected["split"]
+        assert text(page, "[data-figure=dark-namespaces] .value") == expected["dark"]
         mark = f"#nodes tr[data-node-name='{expected['restart_node']}'] td.name .maintenance-mark"
         assert text(page, mark).startswith("restarting: ")
         for node in expected["nodes"]:

@@ -91,6 +91,20 @@ def test_counts_by_state_match_the_database(client, now):
     }
 
 
+def test_namespaces_dark_to_search_are_counted_by_reason(client, now):
+    fleet = build_fleet(3, 3)
+    assert scrape(client)["zoekt_control_namespaces_dark"] == {
+        (("reason", "no_ready_replica"),): 0.0,
+        (("reason", "no_searchable_replica"),): 0.0,
+    }
+    Node.objects.filter(pk=fleet.nodes[2].pk).update(last_seen_at=now.replace(year=2025))
+    Index.objects.filter(pk=fleet.indices[0].pk).update(state=Index.State.PENDING)
+    assert scrape(client)["zoekt_control_namespaces_dark"] == {
+        (("reason", "no_ready_replica"),): 1.0,
+        (("reason", "no_searchable_replica"),): 2.0,
+    }
+
+
 def test_repositories_behind_their_nodes_schema_version_are_counted(client, now):
     fleet = build_fleet(2, 2)
     Node.objects.filter(pk=fleet.nodes[0].pk).update(schema_version=3)

@@ -157,6 +157,46 @@ def test_fleet_page_says_not_reported_for_a_node_without_process_health(admin_cl
     assert cell(row, "budget") == "not configured"
 
 
+def row_of_figure(response, name: str) -> str:
+    """The HTML of one of the fleet page's figures at the top."""
+    html = response.content.decode()
+    match = re.search(rf'<div class="figure" data-figure="{name}".*?</div>', html, flags=re.S)
+    assert match, f"no figure {name}"
+    return match.group(0)
+
+
+def figure(response, name: str) -> str:
+    """The visible text of one of the fleet page's figures at the top."""
+    return " ".join(re.sub(r"<[^>]+>", " ", row_of_figure(response, name)).split())
+
+
+def test_fleet_page_counts_the_namespaces_dark_to_search_by_reason(admin_client, now):
+    fleet = build_fleet(3, 3)
+    assert figure(admin_client.get(reverse("dashboard-fleet")), "dark-namespaces") == (
+        "0 namespaces dark ( no ready replica 0 · no searchable replica 0 )"
+    )
+    # Each namespace has an index on node i and on node i + 1: two hold one on node 2.
+    Node.objects.filter(pk=fleet.nodes[2].pk).update(last_seen_at=now.replace(year=2025))
+    Index.objects.filter(pk=fleet.indices[0].pk).update(state=Index.State.PENDING)
+    response = admin_client.get(reverse("dashboard-fleet"))
+    assert figure(response, "dark-namespaces") == (
+        "3 namespaces dark ( no ready replica 1 · no searchable replica 2 ) "
+        + " , ".join(str(e.root_namespace_id) for e in fleet.namespaces)
+    )
+    for enabled in fleet.namespaces:  # each links to its page, which says why
+        url = reverse("dashboard-namespace", args=[enabled.root_namespace_id])
+        assert f'href="{url}"' in row_of_figure(response, "dark-namespaces")
+
+
+def test_fleet_page_links_only_the_first_five_dark_namespaces(admin_client, now):
+    fleet = build_fleet(1, 7)
+    Node.objects.filter(pk=fleet.nodes[0].pk).update(last_seen_at=now.replace(year=2025))
+    text = figure(admin_client.get(reverse("dashboard-fleet")), "dark-namespaces")
+    first = " , ".join(str(e.root_namespace_id) for e in fleet.namespaces[:5])
+    assert text.endswith(f"{first} , …")
+    assert str(fleet.namespaces[5].root_namespace_id) not in text
+
+
 def test_fleet_page_with_no_nodes(admin_client, now):
     assert "No node has sent a heartbeat yet." in page_text(
         admin_client.get(reverse("dashboard-fleet"))
