@@ -8,6 +8,7 @@ one database row instead; see ``zoekt.app_settings``.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
@@ -370,8 +371,17 @@ ZOEKT_GITLAB_PUSH_DEBOUNCE_SECONDS = int(
     os.environ.get("ZOEKT_GITLAB_PUSH_DEBOUNCE_SECONDS", "120")
 )
 
-# /metrics is open unless this is set; then a scrape must send "Authorization: Bearer <token>".
+# /metrics (docs/dashboard.md, "Who may scrape"): in production (DJANGO_DEBUG off) a scrape
+# sends "Authorization: Bearer <token>", comes from an address in one of the networks (the
+# connecting peer's, REMOTE_ADDR; X-Forwarded-For is never read), or is a staff session.
+# In development it is open unless a token is set.
 ZOEKT_METRICS_TOKEN = env_str("ZOEKT_METRICS_TOKEN") or None
+ZOEKT_METRICS_ALLOWED_NETWORKS = env_list("ZOEKT_METRICS_ALLOWED_NETWORKS")
+for _network in ZOEKT_METRICS_ALLOWED_NETWORKS:
+    try:
+        ipaddress.ip_network(_network, strict=False)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"ZOEKT_METRICS_ALLOWED_NETWORKS: {exc}") from exc
 
 # Reference endpoints for bench/heartbeat (never enable in production).
 ZOEKT_BENCH_ENDPOINTS = env_bool("ZOEKT_BENCH_ENDPOINTS", False)

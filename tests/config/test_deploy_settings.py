@@ -140,6 +140,16 @@ def test_a_malformed_proxy_header_stops_the_settings_naming_the_variable(compose
     assert "DJANGO_SECURE_PROXY_SSL_HEADER='https' is not 'Header-Name: value'" in result.stderr
 
 
+def test_a_malformed_metrics_network_stops_the_settings_naming_the_variable(compose_env):
+    result = run(
+        {**compose_env, "ZOEKT_METRICS_ALLOWED_NETWORKS": "10.0.0.0/8,10.300.0.0/16"},
+        "-c",
+        PRINT_SETTINGS,
+    )
+    assert result.returncode != 0
+    assert "ZOEKT_METRICS_ALLOWED_NETWORKS: '10.300.0.0/16'" in result.stderr
+
+
 # --- The redirect, client by client -----------------------------------------------------------
 
 
