@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+from datetime import timedelta
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
@@ -202,6 +203,8 @@ INSTALLED_APPS = [
     "rest_framework.authtoken",
     "drf_spectacular",
     "django_celery_beat",
+    # Failed admin logins locked out (before "api", whose admin replaces its attempts' page).
+    "axes",
     "zoekt",
     "planner",
     "eviction",
@@ -223,7 +226,27 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as django-axes asks: it answers a locked-out login with 429.
+    "axes.middleware.AxesMiddleware",
 ]
+
+# --- Login throttling (docs/operations.md, "Login throttling") ------------------------------
+# django-axes counts failed logins per (username, client address) pair and refuses that pair
+# after ZOEKT_LOGIN_FAILURE_LIMIT of them, for ZOEKT_LOGIN_LOCKOUT_SECONDS, the right password
+# included; a success resets the count. The address is the connecting peer's (REMOTE_ADDR),
+# as everywhere here: a forwarded header is the client's to write.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env_int("ZOEKT_LOGIN_FAILURE_LIMIT", 5)
+AXES_COOLOFF_TIME = timedelta(seconds=env_int("ZOEKT_LOGIN_LOCKOUT_SECONDS", 900))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_IPWARE_META_PRECEDENCE_ORDER = ("REMOTE_ADDR",)
+AXES_RESET_ON_SUCCESS = True
+# The operator API's token: failed attempts per client address, after which every token
+# attempt from it is refused with 429 until the window has room (api.authentication).
+ZOEKT_OPERATOR_TOKEN_FAILURE_RATE = env_str("ZOEKT_OPERATOR_TOKEN_FAILURE_RATE") or "10/min"
 
 ROOT_URLCONF = "config.urls"
 WSGI_APPLICATION = "config.wsgi.application"
@@ -269,7 +292,7 @@ REST_FRAMEWORK = {
     # Token first: its WWW-Authenticate header makes an anonymous request a 401 on every
     # operator endpoint (with the session class first, DRF answers 403).
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "api.authentication.OperatorTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAdminUser"],
@@ -280,6 +303,9 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "UNAUTHENTICATED_USER": None,
+    # A client's address is the connecting peer's, never X-Forwarded-For (the client's to write).
+    "NUM_PROXIES": 0,
+    "DEFAULT_THROTTLE_RATES": {"operator_token_failure": ZOEKT_OPERATOR_TOKEN_FAILURE_RATE},
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "zoekt-control",
