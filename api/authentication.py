@@ -1,4 +1,5 @@
-"""Node authentication: GitLab Shell's JWT in the ``Gitlab-Shell-Api-Request`` header.
+"""Node authentication: GitLab Shell's JWT in the ``Gitlab-Shell-Api-Request`` header;
+and the operator API's token, with its failed attempts throttled.
 
 The token is HS256-signed with the shared secret, its issuer must be
 ``gitlab-shell`` and its expiry is checked with 60 s of leeway. Several
@@ -23,6 +24,11 @@ from django.conf import settings
 from django.core.checks import Error, register
 from django.core.exceptions import ImproperlyConfigured
 from rest_framework import authentication, exceptions
+from rest_framework.throttling import SimpleRateThrottle
+
+from zoekt.logging import get_logger
+
+log = get_logger(__name__)
 
 HEADER = "Gitlab-Shell-Api-Request"
 META_KEY = "HTTP_GITLAB_SHELL_API_REQUEST"
@@ -140,3 +146,58 @@ class GitlabShellJWTAuthentication(authentication.BaseAuthentication):
     def authenticate_header(self, request) -> str:
         # A WWW-Authenticate value makes DRF answer 401 rather than 403.
         return HEADER
+
+
+class FailedTokenThrottle(SimpleRateThrottle):
+    """Failed operator-token attempts per client address (``REMOTE_ADDR``: DRF's
+    ``NUM_PROXIES`` is 0), at the rate ``operator_token_failure`` (setting
+    ``ZOEKT_OPERATOR_TOKEN_FAILURE_RATE``). Only failures are counted; once the window
+    is full, every token attempt from the address waits, the right token included, so a
+    guesser learns nothing until then."""
+
+    scope = "operator_token_failure"
+
+    def get_cache_key(self, request, view) -> str:
+        return self.cache_format % {"scope": self.scope, "ident": self.get_ident(request)}
+
+    def _load(self, request) -> None:
+        self.key = self.get_cache_key(request, None)
+        self.now = self.timer()
+        self.history = [at for at in self.cache.get(self.key, []) if at > self.now - self.duration]
+
+    def wait_seconds(self, request) -> float | None:
+        """How long the address must wait before its next attempt, or None."""
+        self._load(request)
+        return self.wait() if len(self.history) >= self.num_requests else None
+
+    def record_failure(self, request) -> int:
+        self._load(request)
+        self.history.insert(0, self.now)
+        self.cache.set(self.key, self.history, self.duration)
+        return len(self.history)
+
+
+class OperatorTokenAuthentication(authentication.TokenAuthentication):
+    """DRF's token authentication (``Authorization: Token <key>``), its failures throttled
+    per client address: past the rate, 429 with ``Retry-After`` before the key is looked
+    up. A request without a token is not counted (the session may authenticate it)."""
+
+    def authenticate(self, request):
+        parts = authentication.get_authorization_header(request).split()
+        if not parts or parts[0].lower() != self.keyword.lower().encode():
+            return None
+        throttle = FailedTokenThrottle()
+        wait = throttle.wait_seconds(request)
+        if wait is not None:
+            raise exceptions.Throttled(wait=wait)
+        try:
+            return super().authenticate(request)
+        except exceptions.AuthenticationFailed:
+            failures = throttle.record_failure(request)
+            log.warning(
+                "operator_token_refused",
+                client=throttle.get_ident(request),
+                failures_in_window=failures,
+                throttled=failures >= throttle.num_requests,
+            )
+            raise

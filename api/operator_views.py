@@ -18,13 +18,14 @@ from drf_spectacular.utils import (
     extend_schema,
 )
 from rest_framework import exceptions, status
-from rest_framework.authentication import SessionAuthentication, TokenAuthentication
+from rest_framework.authentication import SessionAuthentication
 from rest_framework.parsers import FormParser, JSONParser
 from rest_framework.permissions import IsAdminUser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from api import operator_serializers as s
+from api.authentication import OperatorTokenAuthentication
 from api.errors import Conflict, PayloadTooLarge
 from zoekt import app_settings, catalog, operator_actions, shutdowns
 from zoekt.logging import get_logger
@@ -51,6 +52,10 @@ def _error(description: str) -> OpenApiResponse:
 COMMON_ERRORS = {
     401: _error("No credentials (session or `Authorization: Token <key>`)"),
     403: _error("Authenticated, but not a staff user"),
+    429: _error(
+        "Too many wrong tokens from this address (ZOEKT_OPERATOR_TOKEN_FAILURE_RATE); "
+        "`Retry-After` says when to try again"
+    ),
 }
 GATED_ERRORS = {
     400: _error(f"Invalid parameters, or `{INDEXING_DISABLED_MESSAGE}`"),
@@ -65,7 +70,7 @@ def ensure_zoekt_indexing_enabled() -> None:
 
 
 class OperatorAPIView(APIView):
-    authentication_classes = [TokenAuthentication, SessionAuthentication]
+    authentication_classes = [OperatorTokenAuthentication, SessionAuthentication]
     permission_classes = [IsAdminUser]
     parser_classes = [JSONParser, FormParser]
 

@@ -1,11 +1,14 @@
-"""Routes of the node protocol (GitLab's paths) and the operator API."""
+"""Routes of the node protocol (GitLab's paths), the operator API and its OpenAPI schema."""
 
 from django.conf import settings
 from django.urls import include, path
 
 from api import views
+from api.schema import SchemaView
 
 urlpatterns = [
+    # An operator's in production, anyone's in development (api.schema.SchemaReader).
+    path("api/schema/", SchemaView.as_view(), name="schema"),
     path(
         "api/v4/internal/search/zoekt/<str:uuid>/heartbeat",
         views.HeartbeatView.as_view(),

@@ -242,6 +242,9 @@ def ensure_shell_secret(env: dict[str, str]) -> None:
 def services() -> Iterator[dict[str, str]]:
     """The environment for the child: the given servers, or embedded ones."""
     env = dict(os.environ)
+    # What it starts serves plain HTTP on the loopback, with no TLS proxy in front: the
+    # production defaults (HTTPS redirect, secure cookies, HSTS) would lock the browser out.
+    env.setdefault("DJANGO_HTTPS", "false")
     ensure_secret_key(env)
     ensure_shell_secret(env)
     with contextlib.ExitStack() as stack:

@@ -8,7 +8,9 @@ one database row instead; see ``zoekt.app_settings``.
 
 from __future__ import annotations
 
+import ipaddress
 import os
+from datetime import timedelta
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
@@ -32,7 +34,7 @@ def env_str(name: str, default: str | None = None) -> str | None:
 
 
 def env_bool(name: str, default: bool = False) -> bool:
-    value = os.environ.get(name)
+    value = env_str(name)
     if value is None or value == "":
         return default
     lowered = value.strip().lower()
@@ -44,7 +46,44 @@ def env_bool(name: str, default: bool = False) -> bool:
 
 
 def env_list(name: str, default: str = "") -> list[str]:
-    return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+    value = env_str(name)
+    if value is None:
+        value = default
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def env_int(name: str, default: int) -> int:
+    value = env_str(name)
+    if value is None or value.strip() == "":
+        return default
+    try:
+        return int(value)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name}={value!r} is not an integer") from exc
+
+
+def proxy_ssl_header(name: str, default: str) -> tuple[str, str] | None:
+    """``Header-Name: value`` (what the proxy sets on a request it received over HTTPS)
+    as Django's ``SECURE_PROXY_SSL_HEADER``; empty turns it off."""
+    value = env_str(name)
+    value = default if value is None else value.strip()
+    if not value:
+        return None
+    header, separator, expected = value.partition(":")
+    if not separator or not header.strip() or not expected.strip():
+        raise ImproperlyConfigured(f"{name}={value!r} is not 'Header-Name: value'")
+    meta_key = "HTTP_" + header.strip().upper().replace("-", "_")
+    return (meta_key, expected.strip())
+
+
+def https_origins(hosts: list[str]) -> list[str]:
+    """The HTTPS origins of the allowed host names (``.example.com`` is every subdomain)."""
+    origins = []
+    for host in hosts:
+        if host == "*":
+            continue
+        origins.append(f"https://*{host}" if host.startswith(".") else f"https://{host}")
+    return origins
 
 
 def redis_url_for_celery(url: str) -> str:
@@ -78,7 +117,41 @@ if not SECRET_KEY:
 DATA_UPLOAD_MAX_MEMORY_SIZE = 32 * 1024 * 1024
 
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost")
-CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS")
+
+# --- Behind a TLS-terminating proxy (docs/operations.md, "Deploying behind TLS") ------------
+# Production (DJANGO_DEBUG off) is served over HTTPS by default: a proxy terminates TLS and
+# says so in X-Forwarded-Proto. Each setting below is on when DJANGO_HTTPS is, and each can be
+# overridden on its own. `python -m config.devservers` (make run, demo, test) serves plain
+# HTTP on the loopback and sets DJANGO_HTTPS=false for what it starts.
+DJANGO_HTTPS = env_bool("DJANGO_HTTPS", not DEBUG)
+# The header the proxy sets (overwriting any a client sent) on a request it got over HTTPS.
+SECURE_PROXY_SSL_HEADER = proxy_ssl_header(
+    "DJANGO_SECURE_PROXY_SSL_HEADER", "X-Forwarded-Proto: https" if DJANGO_HTTPS else ""
+)
+SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT", DJANGO_HTTPS)
+# Never redirected (regular expressions on the path without its leading slash): the clients
+# that are machines, which send their credential with the first request (a redirect protects
+# nothing then) and cannot follow a 301 on a POST: the health probe, the Prometheus scrape,
+# the node API (a node may reach the web server over plain HTTP inside the cluster) and
+# GitLab's system hook.
+SECURE_REDIRECT_EXEMPT = env_list(
+    "DJANGO_SECURE_REDIRECT_EXEMPT",
+    r"^-/health$,^metrics$,^api/v4/internal/search/zoekt/,^api/v1/gitlab/system_hook$",
+)
+# A year, the browsers' preload lists' minimum, and the control plane's own subdomains.
+SECURE_HSTS_SECONDS = env_int("DJANGO_SECURE_HSTS_SECONDS", 31_536_000 if DJANGO_HTTPS else 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", DJANGO_HTTPS)
+# Off unless asked: preloading commits a whole registrable domain, every subdomain included,
+# into the browsers for months; its owner decides that, not a control plane's default.
+SECURE_HSTS_PRELOAD = env_bool("DJANGO_SECURE_HSTS_PRELOAD", False)
+# The deploy check warns on a preload left off (W021); left off on purpose, see above.
+SILENCED_SYSTEM_CHECKS = [] if SECURE_HSTS_PRELOAD else ["security.W021"]
+SESSION_COOKIE_SECURE = env_bool("DJANGO_SESSION_COOKIE_SECURE", DJANGO_HTTPS)
+CSRF_COOKIE_SECURE = env_bool("DJANGO_CSRF_COOKIE_SECURE", DJANGO_HTTPS)
+# The admin's forms post from these origins; over HTTPS, by default, the allowed hosts'.
+CSRF_TRUSTED_ORIGINS = env_list(
+    "DJANGO_CSRF_TRUSTED_ORIGINS", ",".join(https_origins(ALLOWED_HOSTS) if DJANGO_HTTPS else [])
+)
 
 DATABASE_URL = env_str("DATABASE_URL")
 if not DATABASE_URL:
@@ -130,6 +203,8 @@ INSTALLED_APPS = [
     "rest_framework.authtoken",
     "drf_spectacular",
     "django_celery_beat",
+    # Failed admin logins locked out (before "api", whose admin replaces its attempts' page).
+    "axes",
     "zoekt",
     "planner",
     "eviction",
@@ -151,7 +226,27 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as django-axes asks: it answers a locked-out login with 429.
+    "axes.middleware.AxesMiddleware",
 ]
+
+# --- Login throttling (docs/operations.md, "Login throttling") ------------------------------
+# django-axes counts failed logins per (username, client address) pair and refuses that pair
+# after ZOEKT_LOGIN_FAILURE_LIMIT of them, for ZOEKT_LOGIN_LOCKOUT_SECONDS, the right password
+# included; a success resets the count. The address is the connecting peer's (REMOTE_ADDR),
+# as everywhere here: a forwarded header is the client's to write.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env_int("ZOEKT_LOGIN_FAILURE_LIMIT", 5)
+AXES_COOLOFF_TIME = timedelta(seconds=env_int("ZOEKT_LOGIN_LOCKOUT_SECONDS", 900))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_IPWARE_META_PRECEDENCE_ORDER = ("REMOTE_ADDR",)
+AXES_RESET_ON_SUCCESS = True
+# The operator API's token: failed attempts per client address, after which every token
+# attempt from it is refused with 429 until the window has room (api.authentication).
+ZOEKT_OPERATOR_TOKEN_FAILURE_RATE = env_str("ZOEKT_OPERATOR_TOKEN_FAILURE_RATE") or "10/min"
 
 ROOT_URLCONF = "config.urls"
 WSGI_APPLICATION = "config.wsgi.application"
@@ -197,7 +292,7 @@ REST_FRAMEWORK = {
     # Token first: its WWW-Authenticate header makes an anonymous request a 401 on every
     # operator endpoint (with the session class first, DRF answers 403).
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "api.authentication.OperatorTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAdminUser"],
@@ -208,6 +303,9 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "UNAUTHENTICATED_USER": None,
+    # A client's address is the connecting peer's, never X-Forwarded-For (the client's to write).
+    "NUM_PROXIES": 0,
+    "DEFAULT_THROTTLE_RATES": {"operator_token_failure": ZOEKT_OPERATOR_TOKEN_FAILURE_RATE},
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "zoekt-control",
@@ -299,8 +397,17 @@ ZOEKT_GITLAB_PUSH_DEBOUNCE_SECONDS = int(
     os.environ.get("ZOEKT_GITLAB_PUSH_DEBOUNCE_SECONDS", "120")
 )
 
-# /metrics is open unless this is set; then a scrape must send "Authorization: Bearer <token>".
+# /metrics (docs/dashboard.md, "Who may scrape"): in production (DJANGO_DEBUG off) a scrape
+# sends "Authorization: Bearer <token>", comes from an address in one of the networks (the
+# connecting peer's, REMOTE_ADDR; X-Forwarded-For is never read), or is a staff session.
+# In development it is open unless a token is set.
 ZOEKT_METRICS_TOKEN = env_str("ZOEKT_METRICS_TOKEN") or None
+ZOEKT_METRICS_ALLOWED_NETWORKS = env_list("ZOEKT_METRICS_ALLOWED_NETWORKS")
+for _network in ZOEKT_METRICS_ALLOWED_NETWORKS:
+    try:
+        ipaddress.ip_network(_network, strict=False)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"ZOEKT_METRICS_ALLOWED_NETWORKS: {exc}") from exc
 
 # Reference endpoints for bench/heartbeat (never enable in production).
 ZOEKT_BENCH_ENDPOINTS = env_bool("ZOEKT_BENCH_ENDPOINTS", False)

@@ -1,4 +1,4 @@
-"""URL routes: the admin and its dashboard, health probe, metrics and OpenAPI schema.
+"""URL routes: the admin and its dashboard, health probe, metrics and OpenAPI schema (api's).
 
 The project's wiring: the other apps' routes are included by name.
 """
@@ -6,7 +6,6 @@ The project's wiring: the other apps' routes are included by name.
 from django.contrib import admin
 from django.urls import include, path
 from django.views.generic import RedirectView
-from drf_spectacular.views import SpectacularAPIView
 
 from zoekt import views
 
@@ -17,7 +16,6 @@ urlpatterns = [
     path("", include("dashboard.urls")),
     path("admin/", admin.site.urls),
     path("-/health", views.health, name="health"),
-    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("", include("api.urls")),
     path("", include("gitlab_sync.urls")),
     path("", include("eviction.urls")),

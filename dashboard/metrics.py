@@ -11,22 +11,26 @@ Names: GitLab's own where GitLab has the metric (its ``gitlab-exporter``
 emits them under ``search_zoekt_*`` with these labels), and
 ``zoekt_control_*`` for ours. ``docs/dashboard.md`` lists them all.
 
-Access: open by default, as the bundled Prometheus exporters are. When
-``ZOEKT_METRICS_TOKEN`` (or ``ZOEKT_METRICS_TOKEN_FILE``) is set, a scrape
-must send ``Authorization: Bearer <token>`` (compared in constant time),
-else it gets 401.
+Access: closed in production (``DJANGO_DEBUG`` off). A scrape is answered when
+it sends ``Authorization: Bearer <ZOEKT_METRICS_TOKEN>`` (compared in constant
+time), when the address it connects from (``REMOTE_ADDR``, never a forwarded
+header a client can write) is in ``ZOEKT_METRICS_ALLOWED_NETWORKS``, or when it
+comes with a staff session (the dashboard links here). Otherwise it gets 401
+when a token would let it in, 403 when nothing it could send would, with the
+API's JSON error shape. In development it is open unless a token is set.
 """
 
 from __future__ import annotations
 
 import hmac
+import ipaddress
 from collections import Counter
 from collections.abc import Iterator
 from datetime import timedelta
 
 from django.conf import settings
 from django.db.models import Count, DurationField, ExpressionWrapper, F, Q, Sum
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.http import require_GET
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
@@ -38,6 +42,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from api.errors import error_body
 from dashboard.readmodels.fleet import FleetOverview, fleet_overview
 from eviction.models import EvictionDecision
 from eviction.queries import eviction_overview
@@ -530,14 +535,59 @@ class FleetCollector:
         yield from (hooks, lag, last, running, written)
 
 
-def _authorized(request: HttpRequest) -> bool:
-    token = getattr(settings, "ZOEKT_METRICS_TOKEN", None)
-    if not token:
-        return True
-    header = request.headers.get("Authorization", "")
-    scheme, _, presented = header.partition(" ")
+def _bearer_matches(request: HttpRequest, token: str) -> bool:
+    scheme, _, presented = request.headers.get("Authorization", "").partition(" ")
     return scheme.lower() == "bearer" and hmac.compare_digest(
         presented.strip().encode(), token.encode()
+    )
+
+
+def _from_allowed_network(request: HttpRequest) -> bool:
+    networks = getattr(settings, "ZOEKT_METRICS_ALLOWED_NETWORKS", [])
+    if not networks:
+        return False
+    try:
+        address = ipaddress.ip_address(request.META.get("REMOTE_ADDR", ""))
+    except ValueError:
+        return False
+    return any(address in ipaddress.ip_network(network, strict=False) for network in networks)
+
+
+def _staff(request: HttpRequest) -> bool:
+    user = getattr(request, "user", None)
+    return bool(user and user.is_active and user.is_staff)
+
+
+def _authorized(request: HttpRequest) -> bool:
+    token = getattr(settings, "ZOEKT_METRICS_TOKEN", None)
+    if settings.DEBUG and not token:
+        return True
+    return (
+        (token is not None and _bearer_matches(request, token))
+        or _from_allowed_network(request)
+        or _staff(request)
+    )
+
+
+def _refusal() -> JsonResponse:
+    """401 with the scheme to use when a token is configured; 403 when none is."""
+    if getattr(settings, "ZOEKT_METRICS_TOKEN", None):
+        response = JsonResponse(
+            error_body({"authorization": ["send Authorization: Bearer <ZOEKT_METRICS_TOKEN>"]}),
+            status=401,
+        )
+        response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+        return response
+    return JsonResponse(
+        error_body(
+            {
+                "client": [
+                    "this address is not in ZOEKT_METRICS_ALLOWED_NETWORKS and no "
+                    "ZOEKT_METRICS_TOKEN is configured"
+                ]
+            }
+        ),
+        status=403,
     )
 
 
@@ -545,9 +595,7 @@ def _authorized(request: HttpRequest) -> bool:
 def metrics(request: HttpRequest) -> HttpResponse:
     """The Prometheus text exposition of ``FleetCollector``."""
     if not _authorized(request):
-        response = HttpResponse("unauthorized\n", status=401, content_type="text/plain")
-        response["WWW-Authenticate"] = 'Bearer realm="metrics"'
-        return response
+        return _refusal()
     registry = CollectorRegistry(auto_describe=False)
     registry.register(FleetCollector())
     return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)

@@ -62,3 +62,10 @@ def make_fake_node(live_server, tmp_path):
     yield make
     for node in nodes:
         node.stop()
+
+
+@pytest.fixture
+def prometheus_on_loopback(settings):
+    """``/metrics`` scraped as a Prometheus its address lets in: the test client's
+    ``127.0.0.1`` in ``ZOEKT_METRICS_ALLOWED_NETWORKS`` (the tests run in production mode)."""
+    settings.ZOEKT_METRICS_ALLOWED_NETWORKS = ["127.0.0.1/32"]

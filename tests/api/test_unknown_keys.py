@@ -29,7 +29,7 @@ from tests.api.helpers import (
 from zoekt import clock, nodeapimetrics
 from zoekt.models import Node, Repository, Task
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("prometheus_on_loopback")]
 
 COUNTER = "zoekt_control_node_api_unknown_keys_total"
 

@@ -194,6 +194,27 @@ def test_test_leaves_the_databases_of_a_given_redis_alone(monkeypatch):
     assert "REDIS_CACHE_DB" not in seen and "REDIS_BROKER_DB" not in seen
 
 
+# --- what it starts serves plain HTTP: the production TLS defaults off ------------------
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [(None, "false"), ("true", "true")],
+    ids=["unset-turned-off", "set-kept"],
+)
+def test_what_devservers_starts_serves_plain_http_unless_told_otherwise(
+    monkeypatch, var_dir, given, expected
+):
+    monkeypatch.setenv("DATABASE_URL", "postgres://given/db")
+    monkeypatch.setenv("REDIS_URL", "redis://given:6379/0")
+    if given is None:
+        monkeypatch.delenv("DJANGO_HTTPS", raising=False)
+    else:
+        monkeypatch.setenv("DJANGO_HTTPS", given)
+    with devservers.services() as env:
+        assert env["DJANGO_HTTPS"] == expected
+
+
 # --- a second `make run` on a busy port stops before touching anything ----------------
 
 

@@ -20,7 +20,16 @@ ROOT = Path(__file__).resolve().parents[2]
 #: The modules allowed to read the environment.
 READERS = ("config/settings.py", "config/devservers.py")
 #: Calls whose first argument names a variable the settings read.
-READING_CALLS = {"get", "getenv", "env_str", "env_bool", "env_list", "_read_secret_files"}
+READING_CALLS = {
+    "get",
+    "getenv",
+    "env_str",
+    "env_bool",
+    "env_list",
+    "env_int",
+    "proxy_ssl_header",
+    "_read_secret_files",
+}
 
 
 def variables_read(path: Path) -> set[str]:

@@ -14,7 +14,7 @@ from tests.dashboard.test_metrics import scrape
 from zoekt import jobmetrics
 from zoekt.scheduling.tasks import run_scheduled_task
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("prometheus_on_loopback")]
 
 
 @shared_task(name="tests.job_that_fails")

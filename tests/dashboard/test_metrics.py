@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.urls import reverse
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -10,7 +11,7 @@ from tests.dashboard.builders import build_fleet
 from zoekt import memory
 from zoekt.models import Index, Node, Replica, Repository, Task
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("prometheus_on_loopback")]
 
 
 def scrape(client, **headers) -> dict[str, dict[tuple, float]]:
@@ -116,19 +117,82 @@ def test_repositories_behind_their_nodes_schema_version_are_counted(client, now)
     assert value == behind
 
 
-def test_metrics_are_open_without_a_token(client, now):
-    assert client.get(reverse("metrics")).status_code == 200
+# --- who may scrape: closed in production, open in development ---------------------------------
 
 
-def test_metrics_need_the_bearer_token_when_one_is_set(client, settings, now):
-    settings.ZOEKT_METRICS_TOKEN = "s3cret-token"
+@pytest.fixture
+def closed(settings):
+    """Production mode with neither a token nor an allowed network configured."""
+    settings.DEBUG = False
+    settings.ZOEKT_METRICS_TOKEN = None
+    settings.ZOEKT_METRICS_ALLOWED_NETWORKS = []
+    return settings
+
+
+def refusal(response, status: int, field: str) -> None:
+    assert response.status_code == status
+    assert response["Content-Type"] == "application/json"
+    assert list(response.json()["errors"]) == [field]
+    assert b"search_zoekt" not in response.content
+
+
+def test_metrics_are_open_in_development(client, closed, now):
+    closed.DEBUG = True
+    assert scrape(client)
+
+
+def test_metrics_refuse_an_anonymous_scrape_in_production_with_403_when_no_token_could_help(
+    client, closed, now
+):
+    refusal(client.get(reverse("metrics")), 403, "client")
+
+
+def test_metrics_need_the_bearer_token_when_one_is_set(client, closed, now):
+    closed.ZOEKT_METRICS_TOKEN = "s3cret-token"
     url = reverse("metrics")
     refused = client.get(url)
-    assert refused.status_code == 401
-    assert refused["WWW-Authenticate"].startswith("Bearer")
-    assert client.get(url, HTTP_AUTHORIZATION="Bearer wrong").status_code == 401
-    assert client.get(url, HTTP_AUTHORIZATION="Basic s3cret-token").status_code == 401
+    refusal(refused, 401, "authorization")
+    assert refused["WWW-Authenticate"] == 'Bearer realm="metrics"'
+    refusal(client.get(url, HTTP_AUTHORIZATION="Bearer wrong"), 401, "authorization")
+    refusal(client.get(url, HTTP_AUTHORIZATION="Basic s3cret-token"), 401, "authorization")
     assert scrape(client, HTTP_AUTHORIZATION="Bearer s3cret-token")
+
+
+def test_a_token_set_in_development_is_still_needed(client, closed, now):
+    closed.DEBUG = True
+    closed.ZOEKT_METRICS_TOKEN = "s3cret-token"
+    refusal(client.get(reverse("metrics")), 401, "authorization")
+    assert scrape(client, HTTP_AUTHORIZATION="Bearer s3cret-token")
+
+
+@pytest.mark.parametrize(
+    "address",
+    ["10.1.2.3", "fd00::7"],
+    ids=["ipv4", "ipv6"],
+)
+def test_metrics_answer_a_scrape_from_an_allowed_network(client, closed, now, address):
+    closed.ZOEKT_METRICS_ALLOWED_NETWORKS = ["10.0.0.0/8", "fd00::/8"]
+    assert scrape(client, REMOTE_ADDR=address)
+
+
+def test_a_forwarded_address_does_not_let_a_scrape_in(client, closed, now):
+    closed.ZOEKT_METRICS_ALLOWED_NETWORKS = ["10.0.0.0/8"]
+    response = client.get(
+        reverse("metrics"),
+        REMOTE_ADDR="203.0.113.9",
+        HTTP_X_FORWARDED_FOR="10.1.2.3",
+        HTTP_FORWARDED="for=10.1.2.3",
+    )
+    refusal(response, 403, "client")
+
+
+def test_metrics_answer_a_staff_session_and_refuse_another_user(client, closed, now):
+    user = get_user_model().objects.create_user("viewer", password="pw-12345678")
+    client.force_login(user)
+    refusal(client.get(reverse("metrics")), 403, "client")
+    user.is_staff = True
+    user.save(update_fields=["is_staff"])
+    assert scrape(client)
 
 
 def test_metrics_only_answer_get(client):

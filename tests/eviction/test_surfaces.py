@@ -27,7 +27,7 @@ from zoekt import app_settings, clock
 from zoekt.models import Index
 from zoekt.reasons import Reason
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("prometheus_on_loopback")]
 
 HOUR = 3600
 
