@@ -49,7 +49,7 @@ def promtool(*args: str, stdin: str | None = None) -> subprocess.CompletedProces
 
 
 @pytest.fixture
-def scraped(db, client, now) -> str:
+def scraped(db, client, now, prometheus_on_loopback) -> str:
     """A /metrics scrape with every family the rules read holding samples."""
     fleet = build_fleet(3, 3)
     common = {
