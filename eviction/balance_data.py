@@ -17,7 +17,10 @@ and builds the pure function's input:
   pre-ready indices have one). Only a ready index in a replica moves, and not while
   its namespace has a live move or while its node is offline or has a live shutdown
   record (restart, drain and replace own those);
-* the options: the margin (``planner.balance.DEFAULT_MARGIN`` unless given), the
+* the indices the reconciler moved in the last 24 hours (``rebalanced_recently``: the
+  source and the replacement of every rebalance move planned, started or done in the
+  window) hold their place: no index moves twice in 24 hours (docs/balance.md);
+* the options: the margin (the setting ``zoekt_rebalance_margin`` unless given), the
   disk ceiling of every move (``eviction.manual.ceiling``: the high watermark less
   the hysteresis band), memory on while memory planning is, and the high memory
   watermark.
@@ -27,12 +30,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
+
+from django.db.models import Q
 
 from eviction import manual, moves
 from eviction.moves import node_refusal, out_of_service
 from planner.balance import (
-    DEFAULT_MARGIN,
     Balance,
     BalanceIndex,
     BalanceNode,
@@ -42,6 +46,25 @@ from planner.balance import (
 from zoekt import app_settings, clock, memory
 from zoekt.models import Index, Move, Node, NodeShutdown
 from zoekt.reasons import Reason
+
+#: An index the reconciler moved holds its place this long (docs/balance.md).
+REBALANCE_WINDOW_SECONDS = 24 * 3600
+
+
+def rebalance_moves_since(since: datetime):
+    """The rebalance moves planned, started or done since ``since`` (any state)."""
+    return Move.objects.filter(trigger=moves.REBALANCE).filter(
+        Q(created_at__gte=since) | Q(building_at__gte=since) | Q(done_at__gte=since)
+    )
+
+
+def rebalanced_recently(now: datetime) -> frozenset[int]:
+    """The indices the reconciler moved in the window, by lineage: each such move's source
+    and its replacement (the copy now serving in the source's place), so neither moves
+    again by rebalance until 24 hours after the move was planned, started or done."""
+    since = now - timedelta(seconds=REBALANCE_WINDOW_SECONDS)
+    rows = rebalance_moves_since(since).values_list("source_index_ref", "replacement_index_id")
+    return frozenset(ref for row in rows for ref in row if ref is not None)
 
 
 @dataclass(frozen=True)
@@ -119,9 +142,10 @@ def balance_input(
         )
     pinned_nodes = {n.id for n in nodes if n.not_receiving_reason == Reason.MOVE_TARGET_OFFLINE}
     pinned_nodes |= facts.in_maintenance
-    indices, namespace_ids = _indices(settings, pinned_nodes)
+    pinned = rebalanced_recently(now)
+    indices, namespace_ids = _indices(settings, pinned_nodes, pinned)
     options = BalanceOptions(
-        margin=DEFAULT_MARGIN if margin is None else margin,
+        margin=settings.rebalance_margin if margin is None else margin,
         disk_ceiling=manual.ceiling(),
         memory=settings.node_memory_budget_bytes is not None,
         high_memory_watermark=memory.memory_watermark_limits()[1],
@@ -136,10 +160,10 @@ def _budget(node: Node, settings: app_settings.ZoektSettings) -> int | None:
 
 
 def _indices(
-    settings: app_settings.ZoektSettings, pinned_nodes: set[int]
+    settings: app_settings.ZoektSettings, pinned_nodes: set[int], pinned: frozenset[int]
 ) -> tuple[list[BalanceIndex], dict[int, int]]:
     """Every index, with its memory estimate and whether it may move (two queries, and
-    one for the namespaces with a live move)."""
+    one for the namespaces with a live move). A ``pinned`` index holds its place."""
     moving = set(Move.objects.live().values_list("zoekt_enabled_namespace_id", flat=True))
     rows = list(
         Index.objects.order_by("id").values_list(
@@ -169,7 +193,8 @@ def _indices(
                 movable=state == Index.State.READY
                 and replica_id is not None
                 and enabled_id not in moving
-                and node_id not in pinned_nodes,
+                and node_id not in pinned_nodes
+                and index_id not in pinned,
             )
         )
     return out, {row[0]: row[6] for row in rows}
@@ -180,7 +205,9 @@ def current_balance(
     margin: float | None = None,
     max_moves: int | None = None,
     progress: Callable[[int], None] | None = None,
+    settings: app_settings.ZoektSettings | None = None,
+    now: datetime | None = None,
 ) -> tuple[BalanceInput, Balance]:
     """The fleet now and its desired balance (read-only: nothing is started)."""
-    fleet = balance_input(margin=margin, max_moves=max_moves)
+    fleet = balance_input(margin=margin, max_moves=max_moves, settings=settings, now=now)
     return fleet, desired_balance(fleet.nodes, fleet.indices, fleet.options, progress=progress)

@@ -70,6 +70,8 @@ log = get_logger(__name__)
 NODE_LEVEL = "node_level"
 #: The trigger of a move an operator asks for by hand (``eviction.manual``).
 MANUAL = "manual"
+#: The trigger of a move towards the desired balance (``eviction.rebalance``).
+REBALANCE = "rebalance"
 
 
 @dataclass
@@ -481,8 +483,9 @@ def planned_target(
     its plan chose, while that node is online for search, is not being restarted or
     drained and holds no index of the namespace (the plan checked its disk and memory;
     a replace's move asks ``target_refusal`` first, ``_check_replace_target``). A move
-    by hand goes to the node the operator named while ``target_refusal`` still does not
-    refuse it."""
+    by hand, or a rebalance move (the desired balance named its node, and it may have
+    waited for a slot), goes to its node while ``target_refusal`` still does not refuse
+    it."""
     carve = move.details.get("carve")
     node_id = carve["node_id"] if carve else move.details["planned_target_node_id"]
     holding = Index.objects.filter(
@@ -498,16 +501,16 @@ def planned_target(
     )
     if node is not None and node.id in busy:
         return None, True
-    if node is not None and move.trigger == MANUAL:
+    if node is not None and move.trigger in (MANUAL, REBALANCE):
         node = _still_fits(move, index, node, now)
     return node, False
 
 
 def _still_fits(move: Move, index: Index, node: Node, now: datetime) -> Node | None:
-    """A move by hand that waited for a slot: its node is asked again, by every target
-    rule, when it starts (the node may have filled, or gone into maintenance, since the
-    request). A refusal is recorded in the move's details; the move is then cancelled
-    (``move_no_target``) with nothing built."""
+    """A move by hand (or a rebalance move) that waited for a slot: its node is asked
+    again, by every target rule, when it starts (the node may have filled, or gone into
+    maintenance, since the request). A refusal is recorded in the move's details; the move
+    is then cancelled (``move_no_target``) with nothing built."""
     facts = target_facts(
         index,
         move.bytes,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from eviction import actions, drain, memory_pressure, moves
+from eviction import actions, drain, memory_pressure, moves, rebalance
 from zoekt.locks import LockKey
 from zoekt.scheduling.events import run_event
 
@@ -92,3 +92,11 @@ def end_cooldowns_task() -> dict:
     its own beat entry, a node that shed an index is a placement and move target again
     minutes after the copy is deleted, not 12 hours later. Idempotent: safe to run twice."""
     return run_event("end_cooldowns", actions.end_cooldowns)
+
+
+@shared_task(name="eviction.rebalance_fleet")
+def rebalance_fleet_task() -> dict:
+    """The rebalance reconciler (``eviction.rebalance``): moves towards the desired balance,
+    off or standing aside as the settings and the fleet say. Every 5 minutes, and once after
+    a node joins (``zoekt.hooks.rebalance_fleet_on_commit``); one run at a time."""
+    return run_event("rebalance_fleet", rebalance.run_rebalance, lock=LockKey.REBALANCE_FLEET)

@@ -190,6 +190,9 @@ def do_heartbeat(node_uuid: uuid.UUID, data: dict) -> HeartbeatReply:
     # the record can tell that it went away and came back (zoekt.restarts).
     restarting = restarts.live_restart_before_heartbeat(node_uuid)
     result = do_record_heartbeat(node_uuid, data)
+    if result.registered:
+        # A node joined: the reconciler may move indices onto it (docs/balance.md).
+        hooks.rebalance_fleet_on_commit()
     if restarting is not None:
         restarts.do_observe_node_heartbeat(*restarting)
     limit = capacity.concurrency_limit(

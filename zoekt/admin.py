@@ -1067,6 +1067,16 @@ SETTINGS_FIELDSETS = (
         },
     ),
     (
+        "Rebalancing",
+        {
+            "fields": (
+                "zoekt_rebalance_enabled",
+                "zoekt_rebalance_margin",
+                "zoekt_rebalance_max_moves",
+            )
+        },
+    ),
+    (
         "Search",
         {
             "fields": (

@@ -106,6 +106,10 @@ class ZoektSettings:
     move_max_per_target: int = 2
     move_max_in_cluster: int = 10
     memory_pressure_moves: bool = False
+    # The rebalance reconciler (docs/balance.md).
+    rebalance_enabled: bool = True
+    rebalance_margin: float = 0.05
+    rebalance_max_moves: int = 2
     # Memory-aware planning (docs/memory.md).
     memory_ratio: float = 0.5
     #: None (the default): memory planning is off and the plan is the disk-only plan.
@@ -179,6 +183,9 @@ def from_row(row) -> ZoektSettings:
         move_max_per_target=row.zoekt_move_max_per_target,
         move_max_in_cluster=row.zoekt_move_max_in_cluster,
         memory_pressure_moves=row.zoekt_memory_pressure_moves,
+        rebalance_enabled=row.zoekt_rebalance_enabled,
+        rebalance_margin=row.zoekt_rebalance_margin,
+        rebalance_max_moves=row.zoekt_rebalance_max_moves,
         memory_ratio=row.zoekt_memory_ratio,
         node_memory_budget_bytes=row.zoekt_node_memory_budget_bytes,
         memory_auto_calibration=row.zoekt_memory_auto_calibration,
@@ -275,6 +282,7 @@ _POSITIVE_NUMBERS = (
     "zoekt_trigram_max",
     "zoekt_default_number_of_replicas",
     "zoekt_node_restart_delay_seconds",
+    "zoekt_rebalance_max_moves",
 )
 
 
@@ -313,6 +321,9 @@ def validate_setting_values(row) -> None:
         errors["zoekt_node_memory_budget_bytes"] = (
             "must be greater than 0 (leave it blank to plan by disk alone)"
         )
+    margin = row.zoekt_rebalance_margin
+    if isinstance(margin, int | float) and not (math.isfinite(margin) and 0 <= margin < 1):
+        errors["zoekt_rebalance_margin"] = "must be at least 0 and below 1"
     percentage = row.zoekt_force_reindexing_percentage
     if isinstance(percentage, int | float) and not 0 <= percentage <= 100:
         errors["zoekt_force_reindexing_percentage"] = "must be between 0 and 100"

@@ -26,6 +26,7 @@ log = get_logger(__name__)
 
 HANDLE_TASK_FAILED = "zoekt.handle_task_failed"
 INDEX_PROJECT = "zoekt.index_project"
+REBALANCE_FLEET = "eviction.rebalance_fleet"
 
 
 def _task(name: str):
@@ -54,3 +55,10 @@ def index_project_on_commit(project_id: int, job_id: str) -> None:
     ``apply_async_on_commit`` is the same after-commit enqueue with that option.
     """
     _task(INDEX_PROJECT).apply_async_on_commit((project_id,), task_id=job_id)
+
+
+def rebalance_fleet_on_commit() -> None:
+    """After commit: one run of the rebalance reconciler (``eviction.rebalance``), when a
+    node joins; the beat entry runs it anyway every 5 minutes, so a lost message is only
+    a later start."""
+    transaction.on_commit(functools.partial(_send, REBALANCE_FLEET, ()))

@@ -66,6 +66,8 @@ class LockKey(enum.IntEnum):
     GITLAB_SWEEP = 38
     # Node maintenance (zoekt.shutdowns): the settle job of the restart records.
     SETTLE_NODE_SHUTDOWNS = 39
+    # The rebalance reconciler (eviction.rebalance): one run at a time.
+    REBALANCE_FLEET = 40
 
 
 @contextlib.contextmanager

@@ -1329,6 +1329,31 @@ class ApplicationSetting(ClockStampedModel):
         help_text="The fleet's budget for moves; moves off a node at the critical watermark "
         "do not count against it.",
     )
+    # The rebalance reconciler (docs/balance.md). Not GitLab settings: GitLab never moves
+    # a placed namespace.
+    zoekt_rebalance_enabled = models.BooleanField(
+        "Rebalance the fleet towards its desired balance",
+        default=True,
+        help_text="Every 5 minutes and when a node joins, start moves towards the desired "
+        "balance (each built while the index serves, then swapped), at most the maximum below "
+        "at once, no index moved twice in 24 hours. It stands aside while a node is over a high "
+        "watermark or shutting down, or eviction or a drain is moving. A balanced fleet has "
+        "nothing to move.",
+    )
+    zoekt_rebalance_margin = models.FloatField(
+        "Rebalance margin",
+        default=0.05,
+        help_text="A move must leave its target this share below its source's dominant share "
+        "(0.05: 5 %), so a fleet whose nodes are all within it of the busiest has nothing to "
+        "do. At least 0 and below 1.",
+    )
+    zoekt_rebalance_max_moves = models.IntegerField(
+        "Rebalance moves at once",
+        default=2,
+        validators=[MinValueValidator(1)],
+        help_text="Rebalance moves planned or building at once, in the fleet: below the move "
+        "throttles eviction and drains use, so rebalancing never takes their room.",
+    )
     # Memory-aware planning (docs/memory.md). Not GitLab settings: the memory issue's.
     zoekt_memory_ratio = models.FloatField(
         "Estimated resident memory per byte of repository",
@@ -1425,6 +1450,14 @@ class ApplicationSetting(ClockStampedModel):
             models.CheckConstraint(
                 condition=Q(zoekt_node_restart_delay_seconds__gt=0),
                 name="check_zoekt_node_restart_delay_seconds_positive",
+            ),
+            models.CheckConstraint(
+                condition=Q(zoekt_rebalance_margin__gte=0) & Q(zoekt_rebalance_margin__lt=1),
+                name="check_zoekt_rebalance_margin_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(zoekt_rebalance_max_moves__gt=0),
+                name="check_zoekt_rebalance_max_moves_positive",
             ),
         ]
 

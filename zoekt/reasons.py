@@ -133,3 +133,10 @@ class Reason(enum.StrEnum):
     REBALANCE_BUSIEST_NODE = "rebalance_busiest_node"
     REBALANCE_NEXT_BUSIEST_NODE = "rebalance_next_busiest_node"
     BALANCE_TARGET_NOT_RECEIVING = "balance_target_not_receiving"
+    # The rebalance reconciler (eviction.rebalance): why it started nothing this run
+    REBALANCE_DISABLED = "rebalance_disabled"
+    REBALANCE_NODE_OVER_HIGH_WATERMARK = "rebalance_node_over_high_watermark"
+    REBALANCE_NODE_OVER_HIGH_MEMORY_WATERMARK = "rebalance_node_over_high_memory_watermark"
+    REBALANCE_NODE_SHUTTING_DOWN = "rebalance_node_shutting_down"
+    REBALANCE_EVICTION_MOVING = "rebalance_eviction_moving"
+    REBALANCE_DRAIN_MOVING = "rebalance_drain_moving"

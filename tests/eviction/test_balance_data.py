@@ -240,10 +240,12 @@ def test_the_command_prints_the_desired_balance_and_starts_nothing(now):
         f"{first.name} ({first.id}) → {fourth.name} ({fourth.id}); rebalance_busiest_node: "
         "source 70.0% → 60.0%, target 0.0% → 10.0%, busiest 70.0% → 70.0%"
     ) in text
-    assert text.rstrip().endswith("Nothing was started: this is what a reconciler would do.")
+    assert "Reconciler: on, at most 2 moves at once; 0 moves in flight." in text
+    assert text.rstrip().endswith("Nothing was started by this command.")
     data = json.loads(run("--json"))
     assert snapshot() == before
     assert data["converged"] is False
+    assert data["reconciler"]["enabled"] is True and data["last_24_hours"]["moves"] == 0
     assert len(data["moves"]) == data["misplaced_count"] == 8
     assert data["bytes_to_move"] == 80 * GIB
     assert data["moves"][0]["from_node_id"] == first.id

@@ -54,6 +54,11 @@ GITLAB_DEFAULTS = {
     "move_max_per_target": 2,
     "move_max_in_cluster": 10,
     "memory_pressure_moves": False,
+    # Not GitLab's (GitLab never moves a placed namespace): the reconciler, on, moving two at
+    # once at most (docs/balance.md).
+    "rebalance_enabled": True,
+    "rebalance_margin": 0.05,
+    "rebalance_max_moves": 2,
     # Not GitLab's: the product spreads by default; "first_fit" is GitLab's choice.
     "placement_strategy": "balanced",
     # Memory-aware planning (docs/memory.md): off until the budget is set.
@@ -326,6 +331,9 @@ INVALID_VALUES = [
     pytest.param("zoekt_node_memory_budget_bytes", 0, id="memory-budget-0"),
     pytest.param("zoekt_node_memory_budget_bytes", -1, id="memory-budget-negative"),
     pytest.param("zoekt_node_restart_delay_seconds", 0, id="restart-delay-0"),
+    pytest.param("zoekt_rebalance_margin", -0.01, id="rebalance-margin-negative"),
+    pytest.param("zoekt_rebalance_margin", 1.0, id="rebalance-margin-1"),
+    pytest.param("zoekt_rebalance_max_moves", 0, id="rebalance-max-moves-0"),
 ]
 
 VALID_VALUES = [
@@ -351,6 +359,9 @@ VALID_VALUES = [
     pytest.param("zoekt_node_memory_budget_bytes", None, id="memory-budget-unset"),
     pytest.param("zoekt_node_memory_budget_bytes", 64 * 1024**3, id="memory-budget-64-gib"),
     pytest.param("zoekt_node_restart_delay_seconds", 600, id="restart-delay-10-minutes"),
+    pytest.param("zoekt_rebalance_margin", 0.0, id="rebalance-margin-0"),
+    pytest.param("zoekt_rebalance_margin", 0.2, id="rebalance-margin-a-fifth"),
+    pytest.param("zoekt_rebalance_max_moves", 5, id="rebalance-max-moves-5"),
 ]
 
 
@@ -426,6 +437,9 @@ def test_the_settings_form_saves_valid_values():
         pytest.param("zoekt_node_memory_budget_bytes", 0, id="memory-budget-0"),
         pytest.param("zoekt_node_memory_budget_bytes", -5, id="memory-budget-negative"),
         pytest.param("zoekt_node_restart_delay_seconds", 0, id="restart-delay-0"),
+        pytest.param("zoekt_rebalance_margin", -0.01, id="rebalance-margin-negative"),
+        pytest.param("zoekt_rebalance_margin", 1, id="rebalance-margin-1"),
+        pytest.param("zoekt_rebalance_max_moves", 0, id="rebalance-max-moves-0"),
     ],
 )
 def test_the_database_refuses_an_out_of_range_setting(field, value):
@@ -443,6 +457,9 @@ def test_the_database_refuses_an_out_of_range_setting(field, value):
         pytest.param("zoekt_force_reindexing_percentage", 100, id="force-reindexing-100"),
         pytest.param("zoekt_cpu_to_tasks_ratio", 0.01, id="cpu-to-tasks-ratio-small"),
         pytest.param("zoekt_initial_indexing_limit", 1, id="initial-indexing-limit-1"),
+        pytest.param("zoekt_rebalance_margin", 0, id="rebalance-margin-0"),
+        pytest.param("zoekt_rebalance_margin", 0.99, id="rebalance-margin-just-below-1"),
+        pytest.param("zoekt_rebalance_max_moves", 1, id="rebalance-max-moves-1"),
     ],
 )
 def test_the_database_accepts_the_edges_of_each_range(field, value):

@@ -1,14 +1,15 @@
 """The fleet's desired balance: where every index should be, and the moves that get there.
 
     manage.py zoekt_balance                  # per node now → desired, the moves, converged?
-    manage.py zoekt_balance --json           # the same as JSON (planner.balance's as_dict)
+    manage.py zoekt_balance --json           # the same as JSON: GET /api/v1/balance's body
     manage.py zoekt_balance --margin 0.1     # another margin (default 0.05)
     manage.py zoekt_balance --max-moves 20   # plan at most 20 moves
 
-Read-only: nothing is started or written; the moves are what a reconciler would
-make (docs/balance.md). The figures are dominant shares: per node the larger of
-its disk share and, while memory planning is on, its memory share. Progress of a
-long computation goes to stderr (``-v 0`` silences it).
+Read-only: nothing is started or written; the moves are what the rebalance
+reconciler (``eviction.rebalance``) starts, a few at a time (docs/balance.md). The
+figures are dominant shares: per node the larger of its disk share and, while memory
+planning is on, its memory share. Progress of a long computation goes to stderr
+(``-v 0`` silences it).
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import time
 
 from django.core.management.base import BaseCommand, CommandError
 
-from eviction.balance_data import BalanceInput, current_balance
+from eviction.balance_data import BalanceInput
+from eviction.rebalance import balance_report
 from planner.balance import Balance, BalanceError, NodeFigures
 from zoekt.units import binary_size
 
@@ -44,16 +46,16 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         progress = _Progress(self.stderr, options["verbosity"])
         try:
-            fleet, balance = current_balance(
+            fleet, balance, report = balance_report(
                 margin=options["margin"], max_moves=options["max_moves"], progress=progress
             )
         except BalanceError as error:
             raise CommandError(_option_error(error)) from error
         progress.finish()
         if options["json"]:
-            self.stdout.write(json.dumps(balance.as_dict(), indent=2, sort_keys=True))
+            self.stdout.write(json.dumps(report, indent=2, sort_keys=True))
             return
-        self.stdout.write(render(fleet, balance))
+        self.stdout.write(render(fleet, balance, report["reconciler"]))
 
 
 def _option_error(error: BalanceError) -> str:
@@ -91,8 +93,9 @@ def _node_rows(balance: Balance, why_not: dict[int, str | None]) -> list[str]:
     ]
 
 
-def render(fleet: BalanceInput, balance: Balance) -> str:
-    """The balance for an operator: the verdict, the bounds, per node, the moves."""
+def render(fleet: BalanceInput, balance: Balance, reconciler: dict | None = None) -> str:
+    """The balance for an operator: the verdict, the bounds, per node, the moves, and what
+    the reconciler is doing about it."""
     options = balance.options
     names = {node.id: node.name for node in fleet.nodes}
     why_not = {node.id: node.not_receiving_reason for node in fleet.nodes if not node.receiving}
@@ -136,8 +139,23 @@ def render(fleet: BalanceInput, balance: Balance) -> str:
             f"  index {index_id} is held back where the plan puts it: it could only move on by "
             "moving twice; the next computation moves it."
         )
-    lines += ["", "Nothing was started: this is what a reconciler would do."]
+    lines += ["", *_reconciler_lines(reconciler)]
     return "\n".join(lines)
+
+
+def _reconciler_lines(reconciler: dict | None) -> list[str]:
+    if reconciler is None:
+        return ["Nothing was started."]
+    if not reconciler["enabled"]:
+        state = "off (zoekt_rebalance_enabled)"
+    elif reconciler["standing_aside"]:
+        state = f"standing aside: {reconciler['standing_aside_reason']}"
+    else:
+        state = f"on, at most {reconciler['max_moves']} moves at once"
+    return [
+        f"Reconciler: {state}; {_count(reconciler['moves_in_flight'], 'move')} in flight.",
+        "Nothing was started by this command.",
+    ]
 
 
 def _count(n: int, one: str, many: str | None = None) -> str:
