@@ -46,6 +46,7 @@ from api.errors import error_body
 from dashboard.readmodels.fleet import FleetOverview, fleet_overview
 from eviction.models import EvictionDecision
 from eviction.queries import eviction_overview
+from eviction.rebalance import balance_report
 from gitlab_sync.status import status as gitlab_status
 from planner.models import RolloutPlan
 from zoekt import clock, jobmetrics, nodeapimetrics
@@ -77,6 +78,7 @@ class FleetCollector:
         yield from self._maintenance(overview)
         yield from self._rollout_plan()
         yield from self._eviction(now)
+        yield from self._balance(now)
         yield from self._jobs()
         yield from self._node_api()
         yield from self._gitlab_sync(now)
@@ -346,6 +348,74 @@ class FleetCollector:
             if isinstance(figures, dict) and figures.get("ratio") is not None:
                 bound.add_metric([dimension], figures["ratio"])
         yield from (at, phases, bound)
+
+    def _balance(self, now) -> Iterator[Metric]:
+        """The desired balance and the rebalance reconciler (``eviction.rebalance``'s
+        report, the API's: a fixed number of queries, and the desired balance computed in
+        memory)."""
+        _fleet, balance, report = balance_report(now=now)
+        figures = {
+            "zoekt_control_balance_converged": (
+                "1 when the fleet is at its desired balance (no move needed), else 0.",
+                int(balance.converged),
+            ),
+            "zoekt_control_balance_indices_misplaced": (
+                "Indices not where the desired balance has them.",
+                len(balance.misplaced),
+            ),
+            "zoekt_control_balance_bytes_to_move": (
+                "Bytes the desired balance's moves would carry.",
+                balance.bytes_to_move,
+            ),
+        }
+        for name, (documentation, value) in figures.items():
+            gauge = _gauge(name, documentation)
+            gauge.add_metric([], value)
+            yield gauge
+        ratio = _gauge(
+            "zoekt_control_balance_busiest_over_lower_bound",
+            "The busiest node's dominant share over the fleet's lower bound (1.0 is the best "
+            "any layout does), now and when converged.",
+            ("when",),
+        )
+        bounds = balance.over_lower_bound()
+        for when, key in (("now", "now"), ("converged", "desired")):
+            if bounds[key]["ratio"] is not None:
+                ratio.add_metric([when], bounds[key]["ratio"])
+        yield ratio
+        reconciler, window = report["reconciler"], report["last_24_hours"]
+        gauges = {
+            "zoekt_control_rebalance_enabled": (
+                "1 while the rebalance reconciler is on (zoekt_rebalance_enabled).",
+                int(reconciler["enabled"]),
+            ),
+            "zoekt_control_rebalance_moves_in_flight": (
+                "Rebalance moves planned or building.",
+                reconciler["moves_in_flight"],
+            ),
+            "zoekt_control_rebalance_moves_last_24h": (
+                "Rebalance moves planned, started or done in the last 24 hours.",
+                window["moves"],
+            ),
+            "zoekt_control_rebalance_redundant_moves_last_24h": (
+                "Rebalance moves in the last 24 hours of an index a rebalance move of the "
+                "window had moved already (the target is 0).",
+                window["redundant_moves"],
+            ),
+        }
+        for name, (documentation, value) in gauges.items():
+            gauge = _gauge(name, documentation)
+            gauge.add_metric([], value)
+            yield gauge
+        aside = _gauge(
+            "zoekt_control_rebalance_standing_aside",
+            "1 while the rebalance reconciler stands aside, with the reason (a high watermark, "
+            "a shutdown, eviction or a drain moving).",
+            ("reason",),
+        )
+        if reconciler["standing_aside"]:
+            aside.add_metric([reconciler["standing_aside_reason"]], 1)
+        yield aside
 
     def _eviction(self, now) -> Iterator[Metric]:
         """Eviction decisions by trigger and mode, cooldowns and sustain clocks (3 queries)."""

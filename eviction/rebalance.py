@@ -84,7 +84,8 @@ class StandAside:
 
 
 def standing_aside(settings: app_settings.ZoektSettings, now: datetime) -> StandAside | None:
-    """The first cause for the reconciler to stand aside, or None (four queries)."""
+    """The first cause for the reconciler to stand aside, or None. Every cause is read
+    (three queries, whatever the fleet), then the first one found is taken."""
     high = capacity.watermark_limits(app_settings.development_watermarks())[1]
     configured = settings.node_memory_budget_bytes
     over_disk, over_memory = [], []
@@ -98,20 +99,12 @@ def standing_aside(settings: app_settings.ZoektSettings, now: datetime) -> Stand
             over_disk.append(node_id)
         if configured is not None and memory.high_memory_watermark_exceeded(metadata, configured):
             over_memory.append(node_id)
-    if over_disk:
-        return StandAside(Reason.REBALANCE_NODE_OVER_HIGH_WATERMARK, node_ids=tuple(over_disk))
-    if over_memory:
-        return StandAside(
-            Reason.REBALANCE_NODE_OVER_HIGH_MEMORY_WATERMARK, node_ids=tuple(over_memory)
-        )
     shutting_down = tuple(
         NodeShutdown.objects.live()
         .filter(node__isnull=False)
         .order_by("node_id")
         .values_list("node_id", flat=True)
     )
-    if shutting_down:
-        return StandAside(Reason.REBALANCE_NODE_SHUTTING_DOWN, node_ids=shutting_down)
     others = list(
         Move.objects.live()
         .exclude(trigger__in=_NOT_IN_THE_WAY)
@@ -119,11 +112,15 @@ def standing_aside(settings: app_settings.ZoektSettings, now: datetime) -> Stand
         .values_list("id", "trigger")
     )
     evicting = tuple(move_id for move_id, trigger in others if trigger != drains.DRAIN)
-    if evicting:
-        return StandAside(Reason.REBALANCE_EVICTION_MOVING, move_ids=evicting)
-    if others:
-        return StandAside(Reason.REBALANCE_DRAIN_MOVING, move_ids=tuple(m for m, _ in others))
-    return None
+    draining = tuple(move_id for move_id, trigger in others if trigger == drains.DRAIN)
+    causes = (
+        StandAside(Reason.REBALANCE_NODE_OVER_HIGH_WATERMARK, node_ids=tuple(over_disk)),
+        StandAside(Reason.REBALANCE_NODE_OVER_HIGH_MEMORY_WATERMARK, node_ids=tuple(over_memory)),
+        StandAside(Reason.REBALANCE_NODE_SHUTTING_DOWN, node_ids=shutting_down),
+        StandAside(Reason.REBALANCE_EVICTION_MOVING, move_ids=evicting),
+        StandAside(Reason.REBALANCE_DRAIN_MOVING, move_ids=draining),
+    )
+    return next((cause for cause in causes if cause.node_ids or cause.move_ids), None)
 
 
 @dataclasses.dataclass

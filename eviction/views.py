@@ -1,4 +1,5 @@
-"""The move API: ``POST /api/v1/indices/<id>/move`` moves one index by hand.
+"""The move API: ``POST /api/v1/indices/<id>/move`` moves one index by hand, and
+``GET /api/v1/balance`` reports the fleet's convergence to its desired balance.
 
 An operator endpoint beside those of ``api/``, built on the same base
 (``api.operator_views.OperatorAPIView``: staff only, by DRF token or session,
@@ -24,7 +25,7 @@ from rest_framework.response import Response
 
 from api.errors import Conflict
 from api.operator_views import OperatorAPIView
-from eviction import manual
+from eviction import manual, rebalance
 from eviction import serializers as s
 
 #: The OpenAPI tag of the operator endpoints.
@@ -138,3 +139,30 @@ class IndexMoveView(OperatorAPIView):
             reason=data["reason"],
         )
         return Response(done.as_dict(), status=status.HTTP_201_CREATED)
+
+
+class BalanceView(OperatorAPIView):
+    @extend_schema(
+        operation_id="balance",
+        summary="The fleet's desired balance and the reconciler's progress towards it",
+        description=(
+            "Elasticsearch's `_internal/desired_balance`: per node, the figures now and in the "
+            "desired layout (used bytes, memory estimate, index count, disk, memory and "
+            "dominant share); the moves that get there, each with its reason and the dominant "
+            "shares before and after; the indices not where they should be; the bytes left to "
+            "move; the busiest node over the lower bound now and when converged (1.0 is the "
+            "best any layout does); whether the fleet has converged; the rebalance "
+            "reconciler's state (on, standing aside and why, its moves in flight); and its "
+            "moves of the last 24 hours, with the redundant ones (an index moved twice). "
+            "Read-only (docs/balance.md)."
+        ),
+        tags=TAG_ADMIN,
+        responses={
+            200: s.BalanceReportSerializer,
+            401: _error("No credentials (session or `Authorization: Token <key>`)"),
+            403: _error("Authenticated, but not a staff user"),
+        },
+    )
+    def get(self, request):
+        _fleet, _balance, report = rebalance.balance_report()
+        return Response(report)
