@@ -368,10 +368,6 @@ class FleetCollector:
                 balance.bytes_to_move,
             ),
         }
-        for name, (documentation, value) in figures.items():
-            gauge = _gauge(name, documentation)
-            gauge.add_metric([], value)
-            yield gauge
         ratio = _gauge(
             "zoekt_control_balance_busiest_over_lower_bound",
             "The busiest node's dominant share over the fleet's lower bound (1.0 is the best "
@@ -384,7 +380,7 @@ class FleetCollector:
                 ratio.add_metric([when], bounds[key]["ratio"])
         yield ratio
         reconciler, window = report["reconciler"], report["last_24_hours"]
-        gauges = {
+        figures |= {
             "zoekt_control_rebalance_enabled": (
                 "1 while the rebalance reconciler is on (zoekt_rebalance_enabled).",
                 int(reconciler["enabled"]),
@@ -403,7 +399,7 @@ class FleetCollector:
                 window["redundant_moves"],
             ),
         }
-        for name, (documentation, value) in gauges.items():
+        for name, (documentation, value) in figures.items():
             gauge = _gauge(name, documentation)
             gauge.add_metric([], value)
             yield gauge

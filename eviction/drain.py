@@ -65,7 +65,7 @@ from collections import Counter
 from datetime import datetime
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import transaction
 
 from eviction import moves
 from zoekt import actions, app_settings, capacity, clock, drains
@@ -244,26 +244,8 @@ def _start_moves(
         base["replace_target_node_id"] = base["planned_target_node_id"] = record.target_node_id
     # Fetched a chunk at a time: a pass usually stops at the throttle after a few.
     for index in _movable(node, set(parked)).iterator(chunk_size=50):
-        try:
-            with transaction.atomic():
-                move = Move.objects.create(
-                    **Move.fields_from_source(index, DRAIN, now),
-                    state=Move.State.PLANNED,
-                    details=dict(base),
-                )
-        except IntegrityError:
-            done.already_moving.append(index.id)  # another index of the namespace moves
-            continue
-        outcome = moves.try_start(move, index, settings=settings, now=now)
-        if outcome is None:
-            done.started.append(move.id)
-        elif outcome == Reason.MOVE_THROTTLED:
-            done.waiting = move.id
+        if moves.start_and_tally(index, DRAIN, dict(base), done, settings=settings, now=now):
             return
-        else:
-            # Nowhere to go: not a move after all (its record would hold the lease).
-            move.delete()
-            done.no_target.append(index.id)
 
 
 def _details(record: NodeShutdown, done: Pass) -> dict[str, Any]:

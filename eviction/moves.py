@@ -110,25 +110,84 @@ def start_moves(
         if index is None or index.zoekt_replica_id is None:
             continue
         plan = {"critical": critical, "target_ceiling": target_ceiling}
-        try:
-            with transaction.atomic():
-                move = Move.objects.create(
-                    **Move.fields_from_source(index, trigger, now),
-                    state=Move.State.PLANNED,
-                    decision_id=decision_id,
-                    details=plan,
-                )
-        except IntegrityError:
-            out.not_moved.append({"index_id": index.id, "reason": str(Reason.MOVE_ALREADY_MOVING)})
-            continue
-        outcome = try_start(move, index, settings=settings, now=now)
-        if outcome == Reason.MOVE_NO_TARGET:
-            # Nowhere to go: not a move after all (its record would hold the lease).
-            move.delete()
-            _not_moved(out, index, Reason.MOVE_NO_TARGET, critical, trigger, now)
-            continue
-        out.moves.append(move)
+        move, outcome = start_move(
+            index, trigger, plan, settings=settings, now=now, decision_id=decision_id
+        )
+        if outcome == Reason.MOVE_ALREADY_MOVING:
+            out.not_moved.append({"index_id": index.id, "reason": str(outcome)})
+        elif outcome == Reason.MOVE_NO_TARGET:
+            _not_moved(out, index, outcome, critical, trigger, now)
+        else:
+            out.moves.append(move)
     return out
+
+
+class StartTally(Protocol):
+    """What a job that starts moves one by one keeps of them (a drain's pass, a rebalance
+    run): ``start_and_tally`` notes each outcome."""
+
+    started: list[int]
+    waiting: int | None
+    already_moving: list[int]
+    no_target: list[int]
+
+
+def start_and_tally(
+    index: Index,
+    trigger: str,
+    details: dict[str, Any],
+    done: StartTally,
+    *,
+    settings: app_settings.ZoektSettings,
+    now: datetime,
+) -> bool:
+    """``start_move``, its outcome noted in ``done``: the move's id when it builds or
+    waits, the index's id when the lease refuses it or no node can take it (it stays
+    serving). True when the move waits for a throttle slot: the caller stops there (one
+    move waits planned, no more)."""
+    move, outcome = start_move(index, trigger, details, settings=settings, now=now)
+    if outcome is None:
+        done.started.append(move.id)
+    elif outcome == Reason.MOVE_THROTTLED:
+        done.waiting = move.id
+        return True
+    elif outcome == Reason.MOVE_ALREADY_MOVING:
+        done.already_moving.append(index.id)  # another index of the namespace moves
+    else:
+        done.no_target.append(index.id)
+    return False
+
+
+def start_move(
+    index: Index,
+    trigger: str,
+    details: dict[str, Any],
+    *,
+    settings: app_settings.ZoektSettings,
+    now: datetime,
+    **fields: Any,
+) -> tuple[Move | None, Reason | None]:
+    """A planned move of ``index``, created in its own savepoint, and started if the
+    throttles and a target allow (``try_start``): ``(move, None)`` when it builds,
+    ``(move, move_throttled)`` when it waits planned, ``(None, move_already_moving)``
+    when the lease refuses it (a live move of the index or of its namespace), and
+    ``(None, move_no_target)`` when no node can take it: not a move after all, its record
+    is deleted (it would hold the lease)."""
+    try:
+        with transaction.atomic():
+            move = Move.objects.create(
+                **Move.fields_from_source(index, trigger, now),
+                state=Move.State.PLANNED,
+                details=details,
+                **fields,
+            )
+    except IntegrityError:
+        return None, Reason.MOVE_ALREADY_MOVING
+    outcome = try_start(move, index, settings=settings, now=now)
+    if outcome == Reason.MOVE_NO_TARGET:
+        move.delete()
+        return None, outcome
+    return move, outcome
 
 
 #: The states that use a throttle slot (a planned move waits for one).
@@ -261,23 +320,13 @@ def start_planned_move(
         )
         if index is None:
             return None
-        try:
-            with transaction.atomic():
-                move = Move.objects.create(
-                    **Move.fields_from_source(index, trigger, now),
-                    state=Move.State.PLANNED,
-                    details={
-                        "critical": False,
-                        "target_ceiling": 0.70,
-                        "planned_target_node_id": target_node_id,
-                        **details,
-                    },
-                )
-        except IntegrityError:
-            return None
-        if try_start(move, index, settings=settings, now=now) == Reason.MOVE_NO_TARGET:
-            move.delete()
-            return None
+        plan = {
+            "critical": False,
+            "target_ceiling": 0.70,
+            "planned_target_node_id": target_node_id,
+            **details,
+        }
+        move, _outcome = start_move(index, trigger, plan, settings=settings, now=now)
     return move
 
 

@@ -45,8 +45,6 @@ import dataclasses
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import IntegrityError, transaction
-
 from eviction import moves
 from eviction.balance_data import (
     REBALANCE_WINDOW_SECONDS,
@@ -190,26 +188,9 @@ def _start_moves(
         if index is None:
             done.gone.append(planned.index_id)
             continue
-        try:
-            with transaction.atomic():
-                move = Move.objects.create(
-                    **Move.fields_from_source(index, REBALANCE, now),
-                    state=Move.State.PLANNED,
-                    details=_details(planned, ceiling, balance),
-                )
-        except IntegrityError:
-            done.already_moving.append(index.id)  # its namespace has a live move
-            continue
-        outcome = moves.try_start(move, index, settings=settings, now=now)
-        if outcome is None:
-            done.started.append(move.id)
-        elif outcome == Reason.MOVE_THROTTLED:
-            done.waiting = move.id
+        details = _details(planned, ceiling, balance)
+        if moves.start_and_tally(index, REBALANCE, details, done, settings=settings, now=now):
             return
-        else:
-            # Its node can no longer take it: not a move after all (it would hold the lease).
-            move.delete()
-            done.no_target.append(index.id)
 
 
 def _details(planned: PlannedMove, ceiling: float, balance: Balance) -> dict[str, Any]:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
 
+from tests.api.test_operator_api import make_user
 from tests.factories import EnabledNamespaceFactory, GroupFactory, IndexFactory, ReplicaFactory
 from zoekt import actions, app_settings, clock
 from zoekt.models import EnabledNamespace, Index, Node, Replica
@@ -55,3 +58,12 @@ def ready_namespace(
             reserved_storage_bytes=used_bytes,
         )
     return enabled
+
+
+@pytest.fixture
+def api(now) -> APIClient:
+    """An operator's API client: a staff user's token."""
+    client = APIClient()
+    user = make_user("ops-alice", staff=True)
+    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+    return client

@@ -91,14 +91,6 @@ def fleet(now) -> Fleet:
     return Fleet(src, dst, third, namespace_on(src))
 
 
-@pytest.fixture
-def api(now) -> APIClient:
-    client = APIClient()
-    user = make_user("ops-alice", staff=True)
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
-    return client
-
-
 def url(index_id: int) -> str:
     return f"/api/v1/indices/{index_id}/move"
 
