@@ -545,6 +545,7 @@ def test_settings_changelist_goes_to_the_single_row(admin_client):
     assert [name for name, _ in page.context["adminform"].fieldsets] == [
         "Indexing",
         "Eviction",
+        "Rebalancing",
         "Search",
         "Rollout",
         "Memory",
