@@ -4,7 +4,8 @@
 (recent rollout plans), ``.../namespaces/`` and ``.../namespaces/<root id>/``,
 ``.../evictions/`` (nodes over the high watermark, in cooldown, and the
 eviction decisions), ``.../moves/`` (moves in flight and recent),
-``.../maintenance/`` (node shutdown records, live and recent).
+``.../maintenance/`` (node shutdown records, live and recent), ``.../balance/`` (the
+desired balance and the rebalance reconciler).
 Each view reads one function of its page's module in ``dashboard.readmodels`` (a
 fixed number of queries) and renders a template under ``templates/zoekt/dashboard/`` that
 extends the admin's ``base_site.html``; charts are inline SVG drawn by
@@ -23,6 +24,7 @@ from django.urls import path
 from django.utils.safestring import SafeString
 
 from dashboard import charts, history
+from dashboard.readmodels.balance import balance_page
 from dashboard.readmodels.common import UnknownChoice
 from dashboard.readmodels.evictions import eviction_page
 from dashboard.readmodels.fleet import NodeRow, fleet_overview
@@ -46,6 +48,7 @@ PAGES = (
     ("evictions", "Evictions"),
     ("moves", "Moves"),
     ("maintenance", "Maintenance"),
+    ("balance", "Balance"),
     ("gitlab", "GitLab"),
 )
 
@@ -374,6 +377,12 @@ def maintenance(request: HttpRequest) -> HttpResponse:
     )
 
 
+def balance(request: HttpRequest) -> HttpResponse:
+    """The desired balance and the rebalance reconciler (docs/balance.md): per node now and
+    desired, the moves left, converged or not, and what the reconciler is doing."""
+    return _render(request, "balance.html", "balance", "Balance", balance=balance_page())
+
+
 def gitlab(request: HttpRequest) -> HttpResponse:
     """Following GitLab (docs/gitlab.md): the sweeps and the system hooks' backlog."""
     return _render(
@@ -397,6 +406,7 @@ def urls() -> list:
         path("namespaces/", view(namespaces), name="dashboard-namespaces"),
         path("moves/", view(moves), name="dashboard-moves"),
         path("maintenance/", view(maintenance), name="dashboard-maintenance"),
+        path("balance/", view(balance), name="dashboard-balance"),
         path("namespaces/<int:root_namespace_id>/", view(namespace), name="dashboard-namespace"),
         path("evictions/", view(evictions), name="dashboard-evictions"),
         path("gitlab/", view(gitlab), name="dashboard-gitlab"),

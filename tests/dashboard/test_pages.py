@@ -54,6 +54,7 @@ PAGES = [
     "dashboard-evictions",
     "dashboard-moves",
     "dashboard-maintenance",
+    "dashboard-balance",
 ]
 
 
@@ -420,6 +421,7 @@ def test_page_queries_do_not_grow_with_the_fleet(admin_client, now, dry_run_plan
             "namespaces": reverse("dashboard-namespaces"),
             "namespace": reverse("dashboard-namespace", args=[root]),
             "evictions": reverse("dashboard-evictions"),
+            "balance": reverse("dashboard-balance"),
             "metrics": reverse("metrics"),
         }
         return {name: queries(admin_client, url) for name, url in urls.items()}

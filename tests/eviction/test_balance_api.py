@@ -171,3 +171,46 @@ def test_the_scrape_reads_the_balance_in_a_fixed_number_of_queries(client, now):
         return len(queries)
 
     assert_fixed(count)
+
+
+# --- the dashboard's Balance page ------------------------------------------------------------
+
+
+def test_the_balance_page_shows_the_reports_figures(admin_client, now):
+    nodes = full_fleet()
+    rebalance.run_rebalance()
+    report = rebalance.balance_report()[2]
+
+    html = admin_client.get(reverse("dashboard-balance")).content.decode()
+
+    assert 'data-figure="converged"><span class="value"><span class="warn">no</span>' in html
+    assert f'data-figure="misplaced"><span class="value">{report["misplaced_count"]}<' in html
+    ratio = report["busiest_over_lower_bound"]["desired"]["ratio"]
+    assert f"{ratio:.2f}×" in html
+    assert 'data-enabled="true" data-standing-aside=""' in html
+    assert "2 rebalance moves in flight (2 building" in html
+    first = report["moves"][0]
+    assert f'<tr data-index-id="{first["index_id"]}">' in html
+    row = html.split(f'<tr data-node-id="{nodes[3].id}">')[1].split("</tr>")[0]
+    # A joining node: one replacement building on it, four indices when converged.
+    assert '<td class="num indices">1 → 4</td>' in row
+
+
+def test_the_balance_page_says_why_the_reconciler_stands_aside(admin_client, now):
+    nodes = full_fleet()
+    Node.objects.filter(pk=nodes[2].pk).update(used_bytes=80 * GIB)
+
+    html = admin_client.get(reverse("dashboard-balance")).content.decode()
+
+    assert 'data-standing-aside="rebalance_node_over_high_watermark"' in html
+    assert f"rebalance node over high watermark (nodes {nodes[2].id})" in html
+
+
+def test_a_converged_fleet_has_no_move_left_on_the_page(admin_client, now):
+    for used in (40, 41, 42):
+        one_index_on(NodeFactory(total_bytes=100 * GIB, used_bytes=used * GIB), used)
+
+    html = admin_client.get(reverse("dashboard-balance")).content.decode()
+
+    assert 'data-figure="converged"><span class="value"><span class="ok">yes</span>' in html
+    assert "No move is needed: the fleet is at its desired balance." in html
