@@ -405,8 +405,8 @@ class FleetCollector:
             yield gauge
         aside = _gauge(
             "zoekt_control_rebalance_standing_aside",
-            "1 while the rebalance reconciler stands aside, with the reason (a high watermark, "
-            "a shutdown, eviction or a drain moving).",
+            "1 while the rebalance reconciler stands aside, with the reason (indexing off, a "
+            "high watermark, a shutdown, eviction or a drain moving).",
             ("reason",),
         )
         if reconciler["standing_aside"]:

@@ -11,7 +11,9 @@ it in once ready: no namespace goes dark.
 
 * **Off** while ``zoekt_rebalance_enabled`` is off (``rebalance_disabled``).
 * **Stands aside**, starting nothing and saying why (a ``Reason`` code and the
-  nodes or moves behind it), while an online node is over the high disk
+  nodes or moves behind it), while indexing is disabled or paused (no
+  replacement could be built: ``indexing_disabled``, ``indexing_paused``),
+  while an online node is over the high disk
   watermark (``rebalance_node_over_high_watermark``), or, with memory planning
   on, over the high memory watermark
   (``rebalance_node_over_high_memory_watermark``); while a node has a live
@@ -42,12 +44,14 @@ it in once ready: no namespace goes dark.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
 from eviction import moves
 from eviction.balance_data import (
     REBALANCE_WINDOW_SECONDS,
+    BalanceInput,
     current_balance,
     rebalance_moves_since,
     rebalanced_recently,
@@ -83,7 +87,9 @@ class StandAside:
 
 def standing_aside(settings: app_settings.ZoektSettings, now: datetime) -> StandAside | None:
     """The first cause for the reconciler to stand aside, or None. Every cause is read
-    (three queries, whatever the fleet), then the first one found is taken."""
+    (three queries, whatever the fleet), then the first one found is taken. Indexing
+    disabled or paused comes first (``indexing_disabled``, ``indexing_paused``): a move's
+    replacement could not be built."""
     high = capacity.watermark_limits(app_settings.development_watermarks())[1]
     configured = settings.node_memory_budget_bytes
     over_disk, over_memory = [], []
@@ -111,14 +117,19 @@ def standing_aside(settings: app_settings.ZoektSettings, now: datetime) -> Stand
     )
     evicting = tuple(move_id for move_id, trigger in others if trigger != drains.DRAIN)
     draining = tuple(move_id for move_id, trigger in others if trigger == drains.DRAIN)
+    gate = settings.indexing_gate
     causes = (
-        StandAside(Reason.REBALANCE_NODE_OVER_HIGH_WATERMARK, node_ids=tuple(over_disk)),
-        StandAside(Reason.REBALANCE_NODE_OVER_HIGH_MEMORY_WATERMARK, node_ids=tuple(over_memory)),
-        StandAside(Reason.REBALANCE_NODE_SHUTTING_DOWN, node_ids=shutting_down),
-        StandAside(Reason.REBALANCE_EVICTION_MOVING, move_ids=evicting),
-        StandAside(Reason.REBALANCE_DRAIN_MOVING, move_ids=draining),
+        (gate is not None, StandAside(gate or Reason.INDEXING_DISABLED)),
+        (over_disk, StandAside(Reason.REBALANCE_NODE_OVER_HIGH_WATERMARK, tuple(over_disk))),
+        (
+            over_memory,
+            StandAside(Reason.REBALANCE_NODE_OVER_HIGH_MEMORY_WATERMARK, tuple(over_memory)),
+        ),
+        (shutting_down, StandAside(Reason.REBALANCE_NODE_SHUTTING_DOWN, shutting_down)),
+        (evicting, StandAside(Reason.REBALANCE_EVICTION_MOVING, move_ids=evicting)),
+        (draining, StandAside(Reason.REBALANCE_DRAIN_MOVING, move_ids=draining)),
     )
-    return next((cause for cause in causes if cause.node_ids or cause.move_ids), None)
+    return next((cause for present, cause in causes if present), None)
 
 
 @dataclasses.dataclass
@@ -264,9 +275,9 @@ def balance_report(
     *,
     margin: float | None = None,
     max_moves: int | None = None,
-    progress=None,
+    progress: Callable[[int], None] | None = None,
     now: datetime | None = None,
-) -> tuple[Any, Balance, dict[str, Any]]:
+) -> tuple[BalanceInput, Balance, dict[str, Any]]:
     """The fleet, its desired balance, and the report of both: the balance's figures
     (``Balance.as_dict``), the reconciler's state and the window's moves. The one source
     of the API, the command's JSON and the metrics (a fixed number of queries)."""

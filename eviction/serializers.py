@@ -141,7 +141,7 @@ class ReconcilerSerializer(serializers.Serializer):
     standing_aside = serializers.BooleanField()
     standing_aside_reason = serializers.CharField(
         allow_null=True,
-        help_text="`rebalance_node_over_high_watermark`, "
+        help_text="`indexing_disabled`, `indexing_paused`, `rebalance_node_over_high_watermark`, "
         "`rebalance_node_over_high_memory_watermark`, `rebalance_node_shutting_down`, "
         "`rebalance_eviction_moving` or `rebalance_drain_moving`.",
     )

@@ -271,6 +271,23 @@ def test_it_stands_aside_saying_why(joining, setup, reason):
     assert state["standing_aside"] is True and state["standing_aside_reason"] == reason
 
 
+@pytest.mark.parametrize(
+    ("setting", "reason"),
+    [
+        pytest.param("zoekt_indexing_enabled", Reason.INDEXING_DISABLED, id="indexing-disabled"),
+        pytest.param("zoekt_indexing_paused", Reason.INDEXING_PAUSED, id="indexing-paused"),
+    ],
+)
+def test_it_stands_aside_while_no_replacement_could_be_built(joining, setting, reason):
+    app_settings.update(**{setting: setting == "zoekt_indexing_paused"})
+    before = snapshot()
+
+    done = rebalance.run_rebalance()
+
+    assert done == {"standing_aside": {"reason": str(reason), "node_ids": [], "move_ids": []}}
+    assert snapshot() == before
+
+
 def test_a_move_by_hand_does_not_hold_it_back(joining):
     index = Index.objects.filter(zoekt_node=joining[0]).order_by("id").first()
     Move.objects.create(
