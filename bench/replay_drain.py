@@ -23,6 +23,10 @@ Once every namespace is ready and an hour has passed, the operator takes
   (its first heartbeat registers it); once it is online the operator
   requests ``replace`` of ``zoekt-2`` onto it.
 
+The rebalance reconciler (``zoekt_rebalance_enabled``) is off: the replay
+measures the drain alone, and with it on the new node's first heartbeat would
+start rebalance moves onto it before the replace is requested.
+
 Each run goes on until the record is ``complete`` (or gives up after
 ``--give-up-hours``), then 30 minutes more, so the evicted copies are deleted
 from the drained node and the fleet is at rest. One table, both runs:
@@ -220,7 +224,11 @@ def run_once(label: str, option: dict, args) -> tuple[object, dict]:
     watch = Watch(roots)
     statuses: list[tuple[float, str, str]] = []
     with replay:
-        replay.settings(zoekt_indexing_enabled=True, zoekt_search_enabled=True)
+        # The drain alone: the rebalance reconciler would start moving onto the new node
+        # as soon as it joins (docs/operations.md, replacing a node).
+        replay.settings(
+            zoekt_indexing_enabled=True, zoekt_search_enabled=True, zoekt_rebalance_enabled=False
+        )
         replay.load_catalog(*catalog_rows(roots, projects))
         for name in NODES:
             replay.add_node(name, disk_total_bytes=disk, disk_base_used_bytes=0)
