@@ -127,6 +127,7 @@ def test_the_report_is_read_in_a_fixed_number_of_queries(api):
     assert_fixed(count)
 
 
+@pytest.mark.usefixtures("prometheus_on_loopback")
 def test_the_balance_metrics_are_the_reports_figures(client, now):
     full_fleet()
     rebalance.run_rebalance()
@@ -154,6 +155,7 @@ def test_the_balance_metrics_are_the_reports_figures(client, now):
     assert "zoekt_control_rebalance_standing_aside" not in samples
 
 
+@pytest.mark.usefixtures("prometheus_on_loopback")
 def test_the_metrics_say_why_the_reconciler_stands_aside(client, now):
     nodes = full_fleet()
     Node.objects.filter(pk=nodes[0].pk).update(used_bytes=80 * GIB)
@@ -164,6 +166,7 @@ def test_the_metrics_say_why_the_reconciler_stands_aside(client, now):
     assert samples["zoekt_control_rebalance_standing_aside"] == {reason: 1}
 
 
+@pytest.mark.usefixtures("prometheus_on_loopback")
 def test_the_scrape_reads_the_balance_in_a_fixed_number_of_queries(client, now):
     def count() -> int:
         with CaptureQueriesContext(connection) as queries:
