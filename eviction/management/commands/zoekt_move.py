@@ -74,7 +74,8 @@ class Command(BaseCommand):
         parser.add_argument(
             "--dry-run",
             action="store_true",
-            help="print the re-split's plan and start nothing (without it, the moves start)",
+            help="print the re-split's plan and start nothing (without it, the first move "
+            "starts at once)",
         )
         parser.add_argument("--json", action="store_true", help="print the plan as JSON")
 
@@ -152,8 +153,8 @@ class Command(BaseCommand):
                 where = f"stays on {node(plan.source_node_id)}"
                 if piece.node_id != plan.source_node_id:
                     where += (
-                        f", planned for {node(piece.node_id)} (the plan put no piece on the "
-                        "index's node, and a re-split keeps one piece where the index is)"
+                        f", planned for {node(piece.node_id)}: the plan put no piece on the "
+                        "index's node, and a re-split keeps one piece where the index is"
                     )
             ids = project_namespace_range(
                 piece.project_namespace_id_from, piece.project_namespace_id_to
