@@ -258,7 +258,7 @@ def collect(*, extended: bool) -> dict[str, Any]:
     settings = app_settings.current()
     row = app_settings.load_row()
     overview = fleet_overview(now=now, settings=settings)
-    # In the fleet's order (by name, Node.objects.by_name), as every page lists them.
+    # In the fleet's order (by name, zoekt.models.natural_key), as every page lists them.
     nodes = [node for node in overview.nodes if node.for_search]
     out: dict[str, Any] = {
         "now": now,
