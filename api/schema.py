@@ -1,13 +1,17 @@
-"""The OpenAPI schema: who may read it, and how the node API's own classes appear in it."""
+"""The OpenAPI schema and its browsable page: who may read them, and how the node API's
+own classes appear in the schema."""
 
 from __future__ import annotations
 
 from django.conf import settings
+from django.contrib.auth.views import redirect_to_login
+from django.urls import reverse
 from drf_spectacular.extensions import (
     OpenApiAuthenticationExtension,
     OpenApiSerializerFieldExtension,
 )
-from drf_spectacular.views import SpectacularAPIView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from rest_framework.exceptions import NotAuthenticated, PermissionDenied
 from rest_framework.permissions import BasePermission, IsAdminUser
 from rest_framework.renderers import JSONRenderer
 
@@ -21,17 +25,37 @@ class SchemaReader(BasePermission):
         return settings.DEBUG or IsAdminUser().has_permission(request, view)
 
 
-class SchemaView(SpectacularAPIView):
-    """``/api/schema/``, its refusals in the API's JSON error shape (not in the schema's
-    YAML or JSON media type, which a reader asked for the schema itself)."""
-
-    permission_classes = [SchemaReader]
+class JSONRefusals:
+    """A view's refusals in the API's JSON error shape, whatever it renders when it answers
+    (the schema's YAML or JSON media type, the page's HTML)."""
 
     def handle_exception(self, exc):
         response = super().handle_exception(exc)
         self.request.accepted_renderer = JSONRenderer()
         self.request.accepted_media_type = JSONRenderer.media_type
         return response
+
+
+class SchemaView(JSONRefusals, SpectacularAPIView):
+    """``/api/schema/``."""
+
+    permission_classes = [SchemaReader]
+
+
+class SchemaPageView(JSONRefusals, SpectacularSwaggerView):
+    """``/api/schema/ui/``: Swagger UI over ``/api/schema/``, its scripts and styles served
+    from this server (``drf-spectacular-sidecar``'s static files, no CDN). Read by whoever
+    may read the schema (``SchemaReader``); a browser that may not (no session, or one that
+    is not staff) is sent to the admin's login as the dashboard's pages send it, and any
+    other refusal (a bad token) is the schema's, in the JSON error shape."""
+
+    permission_classes = [SchemaReader]
+    url_name = "schema"
+
+    def handle_exception(self, exc):
+        if isinstance(exc, NotAuthenticated | PermissionDenied) and not self.request.auth:
+            return redirect_to_login(self.request.get_full_path(), reverse("admin:login"))
+        return super().handle_exception(exc)
 
 
 class GitlabShellJWTScheme(OpenApiAuthenticationExtension):

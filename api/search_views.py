@@ -50,7 +50,10 @@ REQUEST_NO_ROUTE_REASONS = (*NO_TARGET_REASONS, Reason.NO_REQUESTED_PROJECT_SERV
 READ_ERRORS = {
     401: OpenApiResponse(description="No credentials, or a bad token"),
     403: OpenApiResponse(description="A user who is not staff"),
-    404: OpenApiResponse(description="A namespace id that is not an integer"),
+    404: OpenApiResponse(
+        description="No route: a namespace id that is not an integer. An unknown namespace id "
+        "answers 200 (search_enabled false, reason namespace_not_enabled), not 404."
+    ),
     503: OpenApiResponse(description="PostgreSQL unavailable; Retry-After says when"),
 }
 
@@ -117,9 +120,17 @@ class SearchTargetsView(APIView):
             "space, exactly one ready index on a searchable node, with the range it is "
             "asked for (the lowest-id replica that covers everything alone, else a cover "
             "drawn from every replica). With none, targets is empty and reason says why. "
-            "An unknown namespace id answers 200 with namespace_not_enabled."
+            "An unknown namespace id is not a 404: it answers 200 with an empty targets and "
+            "reason namespace_not_enabled, as a namespace that exists but is not enabled."
         ),
-        responses={200: SearchTargetsSerializer, **READ_ERRORS},
+        responses={
+            200: OpenApiResponse(
+                SearchTargetsSerializer,
+                description="The targets, or none and why: an unknown namespace id included "
+                "(reason namespace_not_enabled).",
+            ),
+            **READ_ERRORS,
+        },
         examples=[
             OpenApiExample("Two indices on two nodes", value=SEARCH_TARGETS_EXAMPLE),
             OpenApiExample(
@@ -129,6 +140,16 @@ class SearchTargetsView(APIView):
                     "search_enabled": False,
                     "targets": [],
                     "reason": "no_searchable_replica",
+                },
+            ),
+            OpenApiExample(
+                "Unknown namespace",
+                description="An id no namespace has, or a namespace not enabled for Zoekt.",
+                value={
+                    "namespace_id": 987654321,
+                    "search_enabled": False,
+                    "targets": [],
+                    "reason": "namespace_not_enabled",
                 },
             ),
         ],

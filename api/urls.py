@@ -1,14 +1,16 @@
-"""Routes of the node protocol (GitLab's paths), the operator API and its OpenAPI schema."""
+"""Routes of the node protocol (GitLab's paths), the operator API, its OpenAPI schema and
+the schema's browsable page."""
 
 from django.conf import settings
 from django.urls import include, path
 
 from api import views
-from api.schema import SchemaView
+from api.schema import SchemaPageView, SchemaView
 
 urlpatterns = [
     # An operator's in production, anyone's in development (api.schema.SchemaReader).
     path("api/schema/", SchemaView.as_view(), name="schema"),
+    path("api/schema/ui/", SchemaPageView.as_view(), name="schema-ui"),
     path(
         "api/v4/internal/search/zoekt/<str:uuid>/heartbeat",
         views.HeartbeatView.as_view(),

@@ -202,6 +202,8 @@ INSTALLED_APPS = [
     "rest_framework",
     "rest_framework.authtoken",
     "drf_spectacular",
+    # Swagger UI's scripts and styles for /api/schema/ui/, served as static files (no CDN).
+    "drf_spectacular_sidecar",
     "django_celery_beat",
     # Failed admin logins locked out (before "api", whose admin replaces its attempts' page).
     "axes",
@@ -311,6 +313,8 @@ SPECTACULAR_SETTINGS = {
     "TITLE": "zoekt-control",
     "DESCRIPTION": "Control plane for Zoekt code-search nodes.",
     "VERSION": "0.1.0",
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
 }
 
 # --- Celery -----------------------------------------------------------------

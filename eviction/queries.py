@@ -12,7 +12,7 @@ from django.db.models import Count, Q, Sum
 
 from eviction.models import EvictionDecision
 from zoekt import capacity, clock
-from zoekt.models import Node
+from zoekt.models import Node, natural_key
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,7 +66,7 @@ def eviction_overview(*, recent: int = 50, now: datetime | None = None) -> Evict
     nodes = []
     watched = Node.objects.filter(
         Q(high_watermark_exceeded_at__isnull=False) | Q(eviction_cooldown_until__gt=now)
-    ).order_by("id")
+    )
     for node in watched:
         exceeded = node.high_watermark_exceeded_at
         cooling = node.eviction_cooldown_until
@@ -79,5 +79,7 @@ def eviction_overview(*, recent: int = 50, now: datetime | None = None) -> Evict
                 cooling if cooling is not None and cooling > now else None,
             )
         )
+    # By name, as every list of nodes (zoekt.models.natural_key).
+    nodes.sort(key=lambda state: (natural_key(state.node_name), state.node_id))
     rows = list(EvictionDecision.objects.order_by("-last_seen_at", "-id")[:recent])
     return EvictionOverview(applied, namespaces, skipped, nodes, rows)

@@ -37,7 +37,7 @@ from datetime import datetime
 from typing import Any
 
 from zoekt import app_settings, clock, memory
-from zoekt.models import EnabledNamespace, Index, Move, Node, Repository, in_range
+from zoekt.models import EnabledNamespace, Index, Move, Namespace, Node, Repository, in_range
 
 RESPLIT = "resplit"
 
@@ -138,12 +138,17 @@ class ResplitPlan:
     kept: int = 0
     warnings: list[str] = field(default_factory=list)
     move_id: int | None = None
+    #: The source index's range before the re-split (None: an open end).
+    source_project_namespace_id_from: int | None = None
+    source_project_namespace_id_to: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "namespace_id": self.namespace_id,
             "source_index_id": self.source_index_id,
             "source_node_id": self.source_node_id,
+            "source_project_namespace_id_from": self.source_project_namespace_id_from,
+            "source_project_namespace_id_to": self.source_project_namespace_id_to,
             "pieces": [piece.__dict__ for piece in self.pieces],
             "kept_piece": self.kept,
             "carves": [carve.as_dict() for carve in self.carves],
@@ -174,7 +179,7 @@ def plan_resplit(
         )
     enabled = EnabledNamespace.objects.filter(root_namespace_id=root_namespace_id).first()
     if enabled is None:
-        raise ResplitError(f"namespace {root_namespace_id} is not enabled")
+        raise ResplitError(_not_enabled(root_namespace_id))
     if Move.objects.live().filter(zoekt_enabled_namespace=enabled).exists():
         raise ResplitError("the namespace has a live move already; try again when it ends")
     source = _source_index(enabled, index_id, settings.memory_ratio)
@@ -231,7 +236,13 @@ def plan_resplit(
             node["reserved_memory_bytes"] = max(0, node["reserved_memory_bytes"] - own)
     result = run_planner(parse_scenario(scenario), record_decisions=False)
     planned = result.create[0] if result.create else None
-    out = ResplitPlan(enabled.root_namespace_id, source.id, source.zoekt_node_id)
+    out = ResplitPlan(
+        enabled.root_namespace_id,
+        source.id,
+        source.zoekt_node_id,
+        source_project_namespace_id_from=low,
+        source_project_namespace_id_to=high,
+    )
     if planned is None or not planned.replicas:
         failure = result.failures[0] if result.failures else None
         why = "; ".join(e.details for e in failure.errors) if failure else "no plan"
@@ -248,10 +259,25 @@ def plan_resplit(
     ]
     out.carves, out.kept = carves(low, high, source.zoekt_node_id, out.pieces)
     if out.pieces and out.pieces[out.kept].node_id != source.zoekt_node_id:
-        out.warnings.append(
-            "the plan put no piece on the index's node; its first piece stays there"
-        )
+        out.warnings.append(NO_PIECE_AT_HOME)
     return out
+
+
+#: The plan's warning when it put no piece on the source index's node (``carves``).
+NO_PIECE_AT_HOME = "the plan put no piece on the index's node; its first piece stays there"
+
+
+def _not_enabled(root_namespace_id: int) -> str:
+    """Why there is no enabled namespace of this id, in words the operator can act on:
+    no such namespace, not a root, or a root not enabled."""
+    found = Namespace.objects.filter(id=root_namespace_id).only("parent", "traversal_ids").first()
+    if found is None:
+        return "no namespace has this id, so none is enabled for Zoekt"
+    if not found.is_root:
+        return (
+            f"it exists but is not a root namespace (its root is {found.root_id}, the id to give)"
+        )
+    return "it exists but is not enabled for Zoekt"
 
 
 def create_carve(source: Index, queue: list[Carve], *, now: datetime) -> Move:

@@ -10,6 +10,7 @@ clauses itself, so migration 0002 sets them on the foreign keys.
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 
 from django.contrib.postgres.fields import ArrayField
@@ -225,6 +226,16 @@ class NamespaceRootStorageStatistics(ClockStampedModel):
 # ----------------------------------------------------------------------------
 # GitLab's six Zoekt tables
 # ----------------------------------------------------------------------------
+
+
+def natural_key(name: str) -> tuple:
+    """The order of every list of nodes an operator reads, by name: ``zoekt-2`` before
+    ``zoekt-10`` (digits compare as numbers); ties by id where a list sorts with it."""
+    return tuple(
+        (0, int(part), "") if part.isdigit() else (1, 0, part.lower())
+        for part in re.split(r"(\d+)", name)
+        if part
+    )
 
 
 class Node(ClockStampedModel):

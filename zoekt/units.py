@@ -1,4 +1,5 @@
-"""Byte counts as people read them, in binary units labelled as such (KiB, MiB, GiB...)."""
+"""Figures as people read them: byte counts in binary units labelled as such (KiB, MiB,
+GiB...), project-namespace ranges in words."""
 
 from __future__ import annotations
 
@@ -23,3 +24,12 @@ def binary_size(value: int | float) -> str:
         if size < 1024 or unit == _UNITS[-1]:
             return f"{size:.1f}{_NBSP}{unit}"
     raise AssertionError("unreachable")
+
+
+def project_namespace_range(low: int | None, high: int | None) -> str:
+    """An index's project-namespace id range, its open ends in words: ``all projects``,
+    ``from 900336``, ``up to 900335``, ``900278–900335`` (None is an open end, as in
+    ``zoekt_indices``; JSON keeps the nulls)."""
+    if low is None:
+        return "all projects" if high is None else f"up to {high}"
+    return f"from {low}" if high is None else f"{low}–{high}"

@@ -3,13 +3,12 @@
 The state names (``INDEX_STATE_NAMES`` ...) turn the models' integer states into
 the labels the pages and ``/metrics`` show; ``by_state`` and ``grouped`` count
 rows by state in one query; ``indices_by_node_and_state`` counts indices by node and state;
-``SPLIT`` tells a split index; ``natural_key`` sorts ``node-2`` before
-``node-10``; ``UnknownChoice`` is a filter or a sort the page does not offer.
+``SPLIT`` tells a split index (nodes sort by ``zoekt.models.natural_key``: ``node-2``
+before ``node-10``); ``UnknownChoice`` is a filter or a sort the page does not offer.
 """
 
 from __future__ import annotations
 
-import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from datetime import datetime
@@ -42,15 +41,6 @@ SPLIT = Exists(
     .annotate(n=Count("id"))
     .filter(n__gt=1)
 )
-
-
-def natural_key(name: str) -> tuple:
-    """Sort key that orders ``zoekt-2`` before ``zoekt-10`` (digits compare as numbers)."""
-    return tuple(
-        (0, int(part), "") if part.isdigit() else (1, 0, part.lower())
-        for part in re.split(r"(\d+)", name)
-        if part
-    )
 
 
 def indices_by_node_and_state() -> tuple[dict[int, Counter], Counter]:

@@ -26,13 +26,12 @@ from dashboard.readmodels.common import (
     future,
     grouped,
     indices_by_node_and_state,
-    natural_key,
     seconds_since,
 )
 from dashboard.readmodels.maintenance import ShutdownRow, node_maintenance
 from zoekt import app_settings, capacity, clock, memory, search_health, search_targets
 from zoekt.capacity import NodeWatermark
-from zoekt.models import EnabledNamespace, Index, Node, Replica, Repository, Task
+from zoekt.models import EnabledNamespace, Index, Node, Replica, Repository, Task, natural_key
 
 #: How many dark namespaces the fleet page links to by name.
 DARK_EXAMPLES = 5

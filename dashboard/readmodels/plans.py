@@ -11,9 +11,8 @@ from typing import Any
 
 from django.core.paginator import Page, Paginator
 
-from dashboard.readmodels.common import natural_key
 from planner.models import RolloutPlan
-from zoekt.models import Namespace
+from zoekt.models import Namespace, natural_key
 
 
 @dataclasses.dataclass(frozen=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django import template
 
 from zoekt.admin import human_bytes
+from zoekt.units import project_namespace_range
 
 register = template.Library()
 
@@ -48,9 +49,16 @@ def get(mapping: dict | None, key):
 
 
 @register.filter
-def open_end(value: int | None) -> str:
-    """A project-namespace range end; ``…`` when open."""
-    return "…" if value is None else str(value)
+def project_range(index) -> str:
+    """An index's project-namespace range (a dict or an object with
+    ``project_namespace_id_from`` and ``_to``) in words: ``all projects``, ``from 900336``,
+    ``up to 900335``, ``900278–900335`` (``zoekt.units.project_namespace_range``)."""
+    if isinstance(index, dict):
+        low, high = index.get("project_namespace_id_from"), index.get("project_namespace_id_to")
+    else:
+        low = getattr(index, "project_namespace_id_from", None)
+        high = getattr(index, "project_namespace_id_to", None)
+    return project_namespace_range(low, high)
 
 
 @register.filter

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import jsonschema
 import pytest
 from django.contrib.auth import get_user_model
+from django.contrib.staticfiles import finders
 from django.core.management import call_command
+from django.test import Client
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
+
+from api.errors import NO_ROUTE
 
 
 def test_the_schema_generates_without_warnings_and_validates(tmp_path):
@@ -78,3 +85,128 @@ def test_the_schema_is_open_in_development(settings):
     response = APIClient().get("/api/schema/", HTTP_HOST="127.0.0.1")
     assert response.status_code == 200
     assert b"openapi:" in response.content
+
+
+# --- the browsable page (Swagger UI, served from this server: no CDN) --------------------------
+
+PAGE = "/api/schema/ui/"
+
+
+def test_the_schema_page_is_swagger_ui_served_from_this_server(settings, admin_client):
+    settings.DEBUG = False
+    response = admin_client.get(PAGE, HTTP_HOST="127.0.0.1")
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert "SwaggerUIBundle" in page
+    assert "/api/schema/" in page
+    assert "/static/drf_spectacular_sidecar/swagger-ui-dist/swagger-ui-bundle.js" in page
+    assert "https://" not in page and "http://" not in page
+
+
+def test_the_schema_page_s_scripts_are_static_files_of_this_server():
+    for name in ("swagger-ui-bundle.js", "swagger-ui-standalone-preset.js", "swagger-ui.css"):
+        assert finders.find(f"drf_spectacular_sidecar/swagger-ui-dist/{name}"), name
+
+
+def test_the_schema_page_sends_an_anonymous_reader_to_the_login_in_production(settings):
+    settings.DEBUG = False
+    response = Client().get(PAGE, HTTP_HOST="127.0.0.1")
+    assert response.status_code == 302
+    assert response["Location"] == "/admin/login/?next=/api/schema/ui/"
+
+
+def test_the_schema_page_sends_a_user_who_is_not_an_operator_to_the_login(settings, db):
+    settings.DEBUG = False
+    client = Client()
+    client.force_login(get_user_model().objects.create_user("viewer", password="pw-12345678"))
+    response = client.get(PAGE, HTTP_HOST="127.0.0.1")
+    assert response.status_code == 302
+    assert response["Location"] == "/admin/login/?next=/api/schema/ui/"
+    assert b"SwaggerUIBundle" not in response.content
+
+
+def test_the_schema_page_refuses_a_bad_token_in_the_json_error_shape(settings, db):
+    settings.DEBUG = False
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION="Token not-a-token")
+    response = client.get(PAGE, HTTP_HOST="127.0.0.1")
+    assert response.status_code == 401
+    assert response.json()["error"]
+
+
+def test_the_schema_page_is_served_to_the_operator_token(settings, operator_token):
+    settings.DEBUG = False
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {operator_token}")
+    response = client.get(PAGE, HTTP_HOST="127.0.0.1")
+    assert response.status_code == 200
+    assert b"SwaggerUIBundle" in response.content
+
+
+def test_the_schema_page_is_open_in_development(settings, db):
+    settings.DEBUG = True
+    response = Client().get(PAGE, HTTP_HOST="127.0.0.1")
+    assert response.status_code == 200
+    assert b"SwaggerUIBundle" in response.content
+
+
+def test_the_readme_links_the_schema_page():
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert PAGE in readme
+
+
+# --- what the schema promises is what the endpoint answers ------------------------------------
+
+TARGETS = "/api/v1/namespaces/{root_namespace_id}/search_targets"
+
+
+def json_schema(document: dict, schema: dict) -> dict:
+    """A response's schema, with the document's components to resolve its references."""
+    components = _nullable(document["components"])
+    return {**_nullable(schema), "components": components}
+
+
+def _nullable(node):
+    if isinstance(node, list):
+        return [_nullable(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    converted = {key: _nullable(value) for key, value in node.items() if key != "nullable"}
+    if node.get("nullable"):
+        return {"anyOf": [converted, {"type": "null"}]}
+    return converted
+
+
+@pytest.fixture
+def targets_operation(admin_client) -> tuple[dict, dict]:
+    response = admin_client.get("/api/schema/?format=json", HTTP_HOST="127.0.0.1")
+    document = response.json()
+    return document, document["paths"][TARGETS]["get"]
+
+
+UNKNOWN_ID = 987_654_321
+
+
+def test_search_targets_answers_an_unknown_namespace_as_its_schema_says(
+    admin_client, targets_operation
+):
+    document, operation = targets_operation
+    response = admin_client.get(f"/api/v1/namespaces/{UNKNOWN_ID}/search_targets")
+    declared = operation["responses"][str(response.status_code)]
+    body = response.json()
+    schema = declared["content"]["application/json"]["schema"]
+    jsonschema.validate(body, json_schema(document, schema))
+    examples = declared["content"]["application/json"]["examples"]
+    assert {**examples["UnknownNamespace"]["value"], "namespace_id": UNKNOWN_ID} == body
+
+
+def test_search_targets_declares_a_404_only_for_a_path_no_route_matches(
+    admin_client, targets_operation
+):
+    _, operation = targets_operation
+    response = admin_client.get("/api/v1/namespaces/not-an-id/search_targets")
+    assert response.status_code == 404
+    assert response.json()["errors"] == {"path": [NO_ROUTE]}
+    description = operation["responses"]["404"]["description"]
+    assert "not an integer" in description
+    assert "an unknown namespace id answers 200" in description.lower()

@@ -4,8 +4,11 @@ each swap, and the namespace covered exactly once the whole time."""
 
 from __future__ import annotations
 
+import io
+import json
+
 import pytest
-from django.core.management import CommandError, call_command
+from django.core.management import CommandError, call_command, load_command_class
 
 from eviction import moves, resplit
 from eviction.resplit import Carve, Piece, carves, narrowed
@@ -22,6 +25,7 @@ from tests.factories import (
 from zoekt import actions, app_settings, clock
 from zoekt.models import Index, Move, Node, Replica, Repository
 from zoekt.search_targets import search_targets
+from zoekt.units import project_namespace_range
 
 pytestmark = pytest.mark.django_db
 
@@ -334,3 +338,108 @@ def test_planning_a_resplit_writes_nothing(fleet):
     index.refresh_from_db()
     assert (Index.objects.count(), Move.objects.count(), clock.now()) == before
     assert index.metadata == {}
+
+
+# --- what the command prints ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "text"),
+    [
+        pytest.param(None, None, "all projects", id="open-both-ends"),
+        pytest.param(900336, None, "from 900336", id="open-top"),
+        pytest.param(None, 900335, "up to 900335", id="open-bottom"),
+        pytest.param(900278, 900335, "900278–900335", id="closed"),
+    ],
+)
+def test_a_project_namespace_range_reads_in_words(low, high, text):
+    assert project_namespace_range(low, high) == text
+
+
+def dry_run(*args: str) -> str:
+    out = io.StringIO()
+    call_command("zoekt_move", *args, "--dry-run", stdout=out)
+    return out.getvalue()
+
+
+def test_the_dry_run_names_open_ranges_in_words(fleet):
+    _hot, _cold, enabled, index = fleet
+    out = dry_run("--resplit", str(enabled.root_namespace_id))
+    assert "…" not in out
+    assert f"index {index.id} (all projects)" in out
+    assert "(up to " in out and "(from " in out
+
+
+def test_the_dry_run_s_json_keeps_open_ends_null(fleet):
+    _hot, _cold, enabled, _index = fleet
+    plan = json.loads(dry_run("--resplit", str(enabled.root_namespace_id), "--json"))
+    assert plan["pieces"][0]["project_namespace_id_from"] is None
+    assert plan["pieces"][-1]["project_namespace_id_to"] is None
+
+
+@pytest.fixture
+def no_room_at_home(now):
+    """A hot index whose node has too little disk left for any piece of it: the plan puts
+    every piece on the two roomy nodes."""
+    memory_planning_on()
+    hot = _node("hot", used=99 * GIB)
+    roomy = [_node("roomy-a"), _node("roomy-b")]
+    enabled, index = _hot_namespace(hot, projects=12)
+    return hot, roomy, enabled, index
+
+
+def test_the_dry_run_says_once_where_the_first_piece_stays_when_the_plan_put_none_at_home(
+    no_room_at_home,
+):
+    hot, roomy, enabled, _index = no_room_at_home
+    plan = resplit.plan_resplit(enabled.root_namespace_id)
+    assert {piece.node_id for piece in plan.pieces} <= {node.id for node in roomy}
+    planned_for = plan.pieces[0].node_id
+    out = dry_run("--resplit", str(enabled.root_namespace_id))
+    first = next(line for line in out.splitlines() if line.startswith("  piece 1 "))
+    assert f"stays on node {hot.id} (hot), planned for node {planned_for}" in first
+    assert "warning: the plan put no piece" not in out
+    assert not Move.objects.exists()
+
+
+def test_the_dry_run_s_json_warns_when_the_plan_put_no_piece_at_home(no_room_at_home):
+    _hot, _roomy, enabled, _index = no_room_at_home
+    plan = json.loads(dry_run("--resplit", str(enabled.root_namespace_id), "--json"))
+    assert any("no piece on the index's node" in warning for warning in plan["warnings"])
+
+
+def refusal(*args: str) -> str:
+    with pytest.raises(CommandError) as refused:
+        call_command("zoekt_move", *args)
+    assert not Move.objects.exists()
+    return str(refused.value)
+
+
+def test_a_resplit_of_an_id_no_namespace_has_says_it_does_not_exist(fleet):
+    message = refusal("--resplit", "999999", "--dry-run")
+    assert message == "namespace 999999: no namespace has this id, so none is enabled for Zoekt"
+
+
+def test_a_resplit_of_a_namespace_not_enabled_says_it_exists(fleet):
+    group = GroupFactory()
+    message = refusal("--resplit", str(group.id), "--dry-run")
+    assert message == f"namespace {group.id}: it exists but is not enabled for Zoekt"
+
+
+def test_a_resplit_of_a_subgroup_names_its_root(fleet):
+    _hot, _cold, enabled, _index = fleet
+    subgroup = GroupFactory(parent=enabled.root_namespace)
+    message = refusal("--resplit", str(subgroup.id), "--dry-run")
+    assert message == (
+        f"namespace {subgroup.id}: it exists but is not a root namespace "
+        f"(its root is {enabled.root_namespace_id}, the id to give)"
+    )
+
+
+def test_the_help_says_that_without_dry_run_the_moves_start_at_once_and_index_takes_an_id():
+    out = io.StringIO()
+    command = load_command_class("eviction", "zoekt_move")
+    command.create_parser("manage.py", "zoekt_move").print_help(out)
+    text = " ".join(out.getvalue().split())
+    assert "without --dry-run the first move starts at once" in text
+    assert "--index INDEX_ID" in text

@@ -108,7 +108,7 @@ def test_the_sections_are_gitlabs_in_order(fleet):
         r"unknown: 1",
         text,
     )
-    assert re.search(r"Memory budget per node \(bytes\):\s+16\.0 GiB", text)
+    assert re.search(r"Memory budget per node:\s+16\.0 GiB", text)
     assert re.search(r"Estimated resident memory per byte of repository:\s+0\.5", text)
     assert re.search(r"Memory concurrency factor \(constant\):\s+4 ", text)
     assert re.search(r"Enable indexing:\s+no", text)
@@ -125,7 +125,7 @@ def test_the_sections_are_gitlabs_in_order(fleet):
 def test_without_the_budget_the_info_says_memory_planning_is_off(now):
     target = node(DISK, "zoekt-0", rss=GIB)
     text = run()
-    assert re.search(r"Memory budget per node \(bytes\):\s+\(not set: memory planning off\)", text)
+    assert re.search(r"Memory budget per node:\s+\(not set: memory planning off\)", text)
     assert "no memory budget" in node_block(text, target.id)
 
 
@@ -207,3 +207,66 @@ def test_an_empty_installation_prints_every_section(now):
     assert re.search(r"Last seen at:\s+\(never\)", text)
     assert "Node Details\n  none" in text
     assert Index.objects.count() == 0
+
+
+# --- one way of writing each kind of figure -------------------------------------------------
+
+
+def row_value(text: str, label: str) -> str:
+    (line,) = [line for line in text.splitlines() if line.strip().startswith(f"{label}:")]
+    return line.split(":", 1)[1].strip()
+
+
+def test_the_memory_budget_is_labelled_without_a_unit_its_value_does_not_use(now):
+    set_setting(zoekt_node_memory_budget_bytes=2 * GIB)
+    text = run()
+    assert row_value(text, "Memory budget per node") == "2.0 GiB"
+    assert "(bytes)" not in text
+
+
+def test_yes_and_no_are_written_alike_in_every_section(now):
+    text = run()
+    assert row_value(text, "Sweep configured") == "no"
+    assert row_value(text, "System hook configured") == "no"
+    assert row_value(text, "Enable indexing") == "no"
+    assert "False" not in text and "True" not in text
+
+
+def test_durations_are_written_in_one_form_in_every_section(now):
+    set_setting(zoekt_eviction_sustain_period="8h", zoekt_indexing_timeout="90m")
+    text = run()
+    assert row_value(text, "Evict only after the node stayed over the high watermark for") == "8 h"
+    assert row_value(text, "Sustain period") == "8 h"
+    assert row_value(text, "Indexing timeout per project") == "1 h 30 min"
+    assert row_value(text, "Default allowed delay of a node restart") == "30 min"
+    assert row_value(text, "Hook lag") == "0 s"
+    assert not re.search(r"\d[hms]\b", text)
+
+
+def test_the_json_keeps_the_settings_as_typed_values(now):
+    set_setting(zoekt_node_memory_budget_bytes=2 * GIB)
+    report = json.loads(run("--json"))
+    assert report["exact_code_search"]["settings"]["node_memory_budget_bytes"] == 2 * GIB
+    assert report["exact_code_search"]["settings"]["eviction_sustain_seconds"] == 8 * 3600
+    assert report["gitlab"]["sweep_configured"] is False
+
+
+def test_nodes_are_listed_by_name(now):
+    later = node(DISK, "zoekt-b")
+    earlier = node(DISK, "zoekt-a")
+    text = run()
+    assert later.id < earlier.id
+    assert text.index(f"Node {earlier.id} - zoekt-a") < text.index(f"Node {later.id} - zoekt-b")
+    report = json.loads(run("--json"))
+    assert [n["name"] for n in report["node_details"]] == ["zoekt-a", "zoekt-b"]
+
+
+def test_nodes_over_the_high_watermark_are_listed_by_name(now):
+    later = node(DISK, "zoekt-b", high_watermark_exceeded_at=now)
+    earlier = node(DISK, "zoekt-a", high_watermark_exceeded_at=now)
+    report = json.loads(run("--json"))
+    assert later.id < earlier.id
+    assert [n["name"] for n in report["eviction"]["nodes_over_high_watermark"]] == [
+        "zoekt-a",
+        "zoekt-b",
+    ]

@@ -86,8 +86,7 @@ def test_the_report_explains_each_namespace_and_each_node(fleet):
         "(requested 450, available 400 bytes)"
     ) in out
     assert (
-        f"planned replica 0 index 0: node {b.id} (zoekt-b), all project namespaces, "
-        "reserves 450 bytes"
+        f"planned replica 0 index 0: node {b.id} (zoekt-b), all projects, reserves 450 bytes"
     ) in out
     # Per node, in candidate order, with what it was taken for and why it was passed over.
     assert f"#1 node {a.id} (zoekt-a): unclaimed 1,000 bytes → 400 bytes" in out
@@ -245,7 +244,7 @@ def test_node_names_stand_next_to_node_ids(fleet):
     assert f"node {a.id} (zoekt-a) for project" in out
     assert f"node {b.id} (zoekt-b) for project" in out
     assert f"    node {a.id} (zoekt-a): took index 0 of replica 0" in out
-    assert f"planned replica 0 index 0: node {a.id} (zoekt-a), all project namespaces" in out
+    assert f"planned replica 0 index 0: node {a.id} (zoekt-a), all projects" in out
     assert f"#1 node {a.id} (zoekt-a)" in out
     # No node id stands without its name.
     named = {a.id, b.id, fleet["offline"].id}
@@ -260,7 +259,7 @@ def test_an_unnamed_node_is_shown_by_its_id_alone(now):
     plain = NodeFactory(total_bytes=1000, used_bytes=0, indexed_bytes=0, metadata={})
     enabled_group(10)
     out, _ = run()
-    assert f"planned replica 0 index 0: node {plain.id}, all project namespaces" in out
+    assert f"planned replica 0 index 0: node {plain.id}, all projects" in out
     assert f"#1 node {plain.id} (node-{plain.id})" in out
 
 

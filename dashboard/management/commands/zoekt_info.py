@@ -33,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.metadata
 import json
+import re
 import time
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
@@ -206,6 +207,8 @@ class Command(BaseCommand):
             return self._colour(value.level, value.text)
         if value is None:
             return NEVER
+        if isinstance(value, bool):
+            return "yes" if value else "no"
         return str(value)
 
     def _colour(self, key: str, text: str) -> str:
@@ -255,7 +258,8 @@ def collect(*, extended: bool) -> dict[str, Any]:
     settings = app_settings.current()
     row = app_settings.load_row()
     overview = fleet_overview(now=now, settings=settings)
-    nodes = sorted((node for node in overview.nodes if node.for_search), key=lambda n: n.id)
+    # In the fleet's order (by name, zoekt.models.natural_key), as every page lists them.
+    nodes = [node for node in overview.nodes if node.for_search]
     out: dict[str, Any] = {
         "now": now,
         "generated_at": _utc(now),
@@ -391,7 +395,7 @@ def _gitlab_section(now: datetime) -> dict[str, Any]:
             rows.append(("Last sweep error", sweep["error"]))
     rows += [
         ("Hook events", hooks),
-        ("Hook lag", f"{current.hook_lag_seconds:.0f}s"),
+        ("Hook lag", _duration(current.hook_lag_seconds)),
     ]
     data = {
         "sweep_configured": current.configured,
@@ -417,21 +421,36 @@ def _gitlab_section(now: datetime) -> dict[str, Any]:
     return {"rows": rows, "data": data}
 
 
+#: The duration settings (GitLab's strings, and seconds), printed as their parsed seconds.
+_DURATION_SETTINGS = {
+    "zoekt_indexing_timeout": "indexing_timeout_seconds",
+    "zoekt_eviction_sustain_period": "eviction_sustain_seconds",
+    "zoekt_eviction_cooldown": "eviction_cooldown_seconds",
+    "zoekt_rollout_retry_interval": "rollout_retry_interval_seconds",
+    "zoekt_lost_node_threshold": "lost_node_threshold_seconds",
+    "zoekt_node_restart_delay_seconds": "node_restart_delay_seconds",
+}
+_LABEL_UNIT = re.compile(r" \((bytes|seconds)\)$")
+
+
 def _settings_section(row: ApplicationSetting, settings: app_settings.ZoektSettings) -> dict:
     from zoekt.admin import SETTINGS_FIELDS
 
     version = _version()
     rows: list[tuple[str, Any]] = [("Version", f"zoekt-control {version}")]
     for name in SETTINGS_FIELDS:
-        field = ApplicationSetting._meta.get_field(name)
+        label = str(ApplicationSetting._meta.get_field(name).verbose_name)
         value = getattr(row, name)
-        label = str(field.verbose_name)
         if name == "zoekt_node_memory_budget_bytes":
             value = "(not set: memory planning off)" if value is None else _size(value)
-        elif isinstance(value, bool):
-            value = "yes" if value else "no"
+        elif name in _DURATION_SETTINGS:
+            # As parsed and in force (an unparsable value falls back to the default).
+            seconds = getattr(settings, _DURATION_SETTINGS[name])
+            value = "(off)" if seconds is None else _duration(seconds)
         elif value is None or value == "":
             value = "(not set)"
+        # The unit a label names is the admin form's; the value here is written out.
+        label = _LABEL_UNIT.sub("", label)
         rows.append((label[:1].upper() + label[1:], value))
     budget = settings.node_memory_budget_bytes
     ceiling = None if budget is None else budget // CONCURRENCY_FACTOR

@@ -1,9 +1,9 @@
 """Moves an operator starts by hand.
 
-    manage.py zoekt_move --index ID --to NODE [--reason "..."] [--by NAME] [--json]
-    manage.py zoekt_move --resplit ROOT_NAMESPACE_ID            # plan and start
+    manage.py zoekt_move --index INDEX_ID --to NODE [--reason "..."] [--by NAME] [--json]
+    manage.py zoekt_move --resplit ROOT_NAMESPACE_ID            # plan and start at once
     manage.py zoekt_move --resplit ROOT_NAMESPACE_ID --dry-run  # the plan only
-    manage.py zoekt_move --resplit ROOT_NAMESPACE_ID --index 42 # that index, not the hottest
+    manage.py zoekt_move --resplit ROOT_NAMESPACE_ID --index 42 # index id 42, not the hottest
     manage.py zoekt_move --json ...                             # the plan (or the move) as JSON
 
 Two modes, ``--index`` shared. ``--to`` moves one index to the named node
@@ -34,7 +34,7 @@ from eviction import manual, moves, resplit
 from zoekt import shutdowns
 from zoekt.models import Node
 from zoekt.operator_actions import OperatorError, error_text
-from zoekt.units import binary_size
+from zoekt.units import binary_size, project_namespace_range
 
 USAGE = "give --index ID --to NODE (a move by hand) or --resplit ROOT_NAMESPACE_ID (a re-split)"
 
@@ -48,19 +48,35 @@ def _operator() -> str:
 
 class Command(BaseCommand):
     help = (
-        "Move one index to a named node, or re-split a hot namespace, with moves: "
-        "no reindex window, no dark minute."
+        "Move one index to a named node (--index INDEX_ID --to NODE), or re-split a hot "
+        "namespace (--resplit ROOT_NAMESPACE_ID), with moves: no reindex window, no dark "
+        "minute. Nothing asks for confirmation: without --dry-run the first move starts at once "
+        "(when the move throttles allow), so look at a re-split's plan with --dry-run first."
     )
 
     def add_arguments(self, parser):
-        parser.add_argument("--resplit", metavar="ROOT_NAMESPACE_ID", help="the root namespace id")
         parser.add_argument(
-            "--index", type=int, help="the index to move (--to) or re-split (default: hottest)"
+            "--resplit",
+            metavar="ROOT_NAMESPACE_ID",
+            help="re-split an index of this root namespace; without --dry-run its first move "
+            "starts at once",
+        )
+        parser.add_argument(
+            "--index",
+            type=int,
+            metavar="INDEX_ID",
+            help="the id of the index (zoekt_indices.id, as the dashboard shows it) to move "
+            "(--to) or re-split (default: the namespace's hottest)",
         )
         parser.add_argument("--to", metavar="NODE", help="move --index to this node (id or name)")
         parser.add_argument("--reason", default="", help="why, for the move's record (--to)")
         parser.add_argument("--by", default=None, help="the operator's name (--to; default: login)")
-        parser.add_argument("--dry-run", action="store_true", help="print the plan; start nothing")
+        parser.add_argument(
+            "--dry-run",
+            action="store_true",
+            help="print the re-split's plan and start nothing (without it, the first move "
+            "starts at once)",
+        )
         parser.add_argument("--json", action="store_true", help="print the plan as JSON")
 
     def handle(self, *args, **options):
@@ -121,29 +137,44 @@ class Command(BaseCommand):
         def node(node_id: int) -> str:
             return f"node {node_id} ({names.get(node_id) or '?'})"
 
-        def span(lo, hi) -> str:
-            return f"{'…' if lo is None else lo}–{'…' if hi is None else hi}"
-
+        source = project_namespace_range(
+            plan.source_project_namespace_id_from, plan.source_project_namespace_id_to
+        )
         lines = [
-            f"Re-split of index {plan.source_index_id} of namespace {plan.namespace_id} "
-            f"on {node(plan.source_node_id)}: {len(plan.pieces)} piece(s)."
+            f"Re-split of index {plan.source_index_id} ({source}) "
+            f"of namespace {plan.namespace_id} on {node(plan.source_node_id)}: "
+            f"{len(plan.pieces)} piece(s)."
         ]
         for i, piece in enumerate(plan.pieces):
-            where = "stays on" if i == plan.kept else "to"
-            ids = span(piece.project_namespace_id_from, piece.project_namespace_id_to)
+            where = f"to {node(piece.node_id)}"
+            if i == plan.kept:
+                # What happens: the kept piece stays where the index is, whatever node the
+                # plan chose for it (resplit.carves); the plan's choice said beside it.
+                where = f"stays on {node(plan.source_node_id)}"
+                if piece.node_id != plan.source_node_id:
+                    where += (
+                        f", planned for {node(piece.node_id)}: the plan put no piece on the "
+                        "index's node, and a re-split keeps one piece where the index is"
+                    )
+            ids = project_namespace_range(
+                piece.project_namespace_id_from, piece.project_namespace_id_to
+            )
             lines.append(
-                f"  piece {i + 1}: project namespaces {ids}, "
-                f"estimate {binary_size(piece.estimated_memory_bytes)}, {where} "
-                f"{node(piece.node_id) if i != plan.kept else node(plan.source_node_id)}"
+                f"  piece {i + 1} ({ids}): estimate "
+                f"{binary_size(piece.estimated_memory_bytes)}, {where}"
             )
         if not plan.carves:
             lines.append("Nothing to carve: the plan keeps the index whole.")
         for i, carve in enumerate(plan.carves):
-            ids = span(carve.project_namespace_id_from, carve.project_namespace_id_to)
+            ids = project_namespace_range(
+                carve.project_namespace_id_from, carve.project_namespace_id_to
+            )
             target = node(carve.node_id)
-            lines.append(f"  carve {i + 1}: {ids} ({carve.end} of the range) to {target}")
+            lines.append(f"  carve {i + 1} ({ids}, the {carve.end} of the range) to {target}")
         for warning in plan.warnings:
-            lines.append(f"  warning: {warning}")
+            # Said on the kept piece's line already.
+            if warning != resplit.NO_PIECE_AT_HOME:
+                lines.append(f"  warning: {warning}")
         if dry_run:
             lines.append("This was a dry run: nothing started.")
         elif plan.move_id is not None:

@@ -46,6 +46,7 @@ from zoekt.locks import LockKey, try_advisory_lock
 from zoekt.logging import get_logger
 from zoekt.models import EnabledNamespace, Node
 from zoekt.reasons import Reason
+from zoekt.units import project_namespace_range
 
 log = get_logger(__name__)
 
@@ -266,15 +267,9 @@ class Command(BaseCommand):
         verb = "simulated (not provisioned)" if ns_plan.errors else "planned"
         for replica_idx, replica in enumerate(ns_plan.replicas):
             for index_idx, index in enumerate(replica.indices):
-                start = index.project_namespace_id_from
-                end = index.project_namespace_id_to
-                if start is None and end is None:
-                    covers = "all project namespaces"
-                else:
-                    covers = (
-                        f"project namespaces {'…' if start is None else start}–"
-                        f"{'…' if end is None else end}"
-                    )
+                covers = project_namespace_range(
+                    index.project_namespace_id_from, index.project_namespace_id_to
+                )
                 text = (
                     f"  {verb} replica {replica_idx} index {index_idx}: "
                     f"{_node(index.node_id, names)}, {covers}, "

@@ -32,7 +32,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from zoekt import node_deletion, shutdowns
 from zoekt.operator_actions import OperatorError, error_text
-from zoekt.units import binary_size
+from zoekt.units import binary_size, project_namespace_range
 
 
 def _operator() -> str:
@@ -136,12 +136,10 @@ class Command(BaseCommand):
 
 
 def _range(item: dict) -> str:
-    low = item["project_namespace_id_from"]
-    high = item["project_namespace_id_to"]
-    return (
-        f"namespace {item['namespace_id']}, index {item['index_id']}: project namespaces "
-        f"{'(lowest)' if low is None else low} to {'(highest)' if high is None else high}"
+    covers = project_namespace_range(
+        item["project_namespace_id_from"], item["project_namespace_id_to"]
     )
+    return f"namespace {item['namespace_id']}, index {item['index_id']}: {covers}"
 
 
 def _duration(seconds: int) -> str:
