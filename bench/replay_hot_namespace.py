@@ -122,6 +122,8 @@ def run_once(
             zoekt_placement_strategy="first_fit",
             zoekt_indexing_enabled=True,
             zoekt_search_enabled=True,
+            # Placement alone: the reconciler would move the first-fit layout (its own replay).
+            zoekt_rebalance_enabled=False,
             zoekt_node_memory_budget_bytes=BUDGET if memory_aware else None,
             zoekt_memory_ratio=MEMORY_RATIO,
         )

@@ -100,6 +100,8 @@ def run_once(label: str, overrides: dict, args) -> tuple[object, dict]:
             zoekt_placement_strategy="first_fit",
             zoekt_indexing_enabled=True,
             zoekt_search_enabled=True,
+            # Lost-node handling alone (the reconciler has its own replay).
+            zoekt_rebalance_enabled=False,
             **overrides,
         )
         replay.load_catalog(*catalog_rows(roots, projects))

@@ -229,6 +229,8 @@ def run_once(label: str, option: dict, args) -> tuple[object, dict]:
             zoekt_indexing_enabled=True,
             zoekt_search_enabled=True,
             zoekt_lost_node_threshold=LOST_AFTER,
+            # Restarts alone (the reconciler has its own replay, bench/replay_rebalance.py).
+            zoekt_rebalance_enabled=False,
         )
         replay.load_catalog(*catalog_rows(roots, projects))
         for name in NODES:

@@ -76,6 +76,8 @@ GITLAB_COM = {
     "zoekt_initial_indexing_limit": 1,
     "zoekt_rollout_retry_interval": "1d",
     "zoekt_default_number_of_replicas": 1,
+    # GitLab never rebalances placed namespaces; the reconciler has its own replay.
+    "zoekt_rebalance_enabled": False,
 }
 FILL = {
     "zoekt_rollout_batch_size": 500,

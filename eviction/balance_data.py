@@ -17,6 +17,9 @@ and builds the pure function's input:
   pre-ready indices have one). Only a ready index in a replica moves, and not while
   its namespace has a live move or while its node is offline or has a live shutdown
   record (restart, drain and replace own those);
+* a node a move took an index off in the last 10 minutes (``settling_nodes``) sheds
+  nothing: the disk it reports may still count the deleted copy until the space is
+  freed, and a node that looks fuller than it is sheds too much;
 * the indices the reconciler moved in the last 24 hours (``rebalanced_recently``: the
   source and the replacement of every rebalance move planned, started or done in the
   window) hold their place: no index moves twice in 24 hours (docs/balance.md);
@@ -49,6 +52,9 @@ from zoekt.reasons import Reason
 
 #: An index the reconciler moved holds its place this long (docs/balance.md).
 REBALANCE_WINDOW_SECONDS = 24 * 3600
+#: A node that gave up an index by a move this recently sheds nothing more: the disk it
+#: reports still counts the copy it deleted until it frees the space (docs/balance.md).
+SETTLE_SECONDS = 600
 
 
 def rebalance_moves_since(since: datetime):
@@ -65,6 +71,14 @@ def rebalanced_recently(now: datetime) -> frozenset[int]:
     since = now - timedelta(seconds=REBALANCE_WINDOW_SECONDS)
     rows = rebalance_moves_since(since).values_list("source_index_ref", "replacement_index_id")
     return frozenset(ref for row in rows for ref in row if ref is not None)
+
+
+def settling_nodes(now: datetime) -> frozenset[int]:
+    """The nodes a move (of any trigger) took an index off in the last ``SETTLE_SECONDS``:
+    their reported use may still count it, so they shed nothing until it is gone."""
+    since = now - timedelta(seconds=SETTLE_SECONDS)
+    done = Move.objects.filter(state=Move.State.DONE, done_at__gte=since)
+    return frozenset(done.exclude(source_node_id=None).values_list("source_node_id", flat=True))
 
 
 @dataclass(frozen=True)
@@ -142,6 +156,7 @@ def balance_input(
         )
     pinned_nodes = {n.id for n in nodes if n.not_receiving_reason == Reason.MOVE_TARGET_OFFLINE}
     pinned_nodes |= facts.in_maintenance
+    pinned_nodes |= settling_nodes(now)
     pinned = rebalanced_recently(now)
     indices, namespace_ids = _indices(settings, pinned_nodes, pinned)
     options = BalanceOptions(

@@ -55,6 +55,7 @@ from eviction.balance_data import (
     current_balance,
     rebalance_moves_since,
     rebalanced_recently,
+    settling_nodes,
 )
 from planner.balance import Balance, PlannedMove
 from zoekt import app_settings, capacity, clock, drains, memory
@@ -141,7 +142,10 @@ class Pass:
     slots: int = 0
     #: The desired balance's moves when the run computed it (None: it did not).
     planned: int | None = None
+    #: Converged: the desired balance asks for no move and no node is settling.
     converged: bool | None = None
+    #: Nodes that shed nothing this run (``balance_data.settling_nodes``).
+    settling: list[int] = dataclasses.field(default_factory=list)
     started: list[int] = dataclasses.field(default_factory=list)
     #: A move created planned, waiting for a slot of the move throttles.
     waiting: int | None = None
@@ -168,7 +172,9 @@ def run_rebalance(*, now: datetime | None = None) -> dict[str, Any]:
     done.slots = max(settings.rebalance_max_moves - done.live, 0)
     if done.slots:
         fleet, balance = current_balance(settings=settings, now=now)
-        done.planned, done.converged = len(balance.moves), balance.converged
+        done.settling = sorted(settling_nodes(now))
+        done.planned = len(balance.moves)
+        done.converged = balance.converged and not done.settling
         _start_moves(balance, fleet.options.disk_ceiling, done, settings, now)
     log.info("rebalance_pass", **{key: value for key, value in done.as_dict().items() if value})
     return done.as_dict()
@@ -236,6 +242,7 @@ def reconciler_state(settings: app_settings.ZoektSettings, now: datetime) -> dic
         "moves_in_flight": len(live),
         "moves_building": sum(1 for _, state in live if state in moves.BUILDING_STATES),
         "move_ids_in_flight": [move_id for move_id, _ in live],
+        "settling_node_ids": sorted(settling_nodes(now)),
     }
 
 

@@ -151,6 +151,11 @@ class ReconcilerSerializer(serializers.Serializer):
     moves_in_flight = serializers.IntegerField(help_text="Rebalance moves planned or building.")
     moves_building = serializers.IntegerField()
     move_ids_in_flight = serializers.ListField(child=serializers.IntegerField())
+    settling_node_ids = serializers.ListField(
+        child=serializers.IntegerField(),
+        help_text="Nodes a move took an index off in the last 10 minutes: they shed nothing "
+        "until their reported disk no longer counts it.",
+    )
 
 
 class Last24HoursSerializer(serializers.Serializer):

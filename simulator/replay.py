@@ -15,8 +15,9 @@ between the nodes and the database:
   (600 s), one scheduling pass a minute with every scheduled task, the
   throttled ones at their GitLab periods (``zoekt.scheduling.service.PERIODS``),
   moves, the shutdown records' settle job and the lost-index-data check every
-  minute, memory-pressure moves and the end of spent eviction cooldowns every 5
-  minutes, the buffer factor and memory calibration hourly. Celery runs eagerly, so
+  minute, memory-pressure moves, the end of spent eviction cooldowns and the
+  rebalance reconciler every 5 minutes, the buffer factor and memory
+  calibration hourly. Celery runs eagerly, so
   the events a job emits run right after it commits;
 * nodes stop (``stop_node``: no heartbeat, no callback) and start again
   (``start_node``: a new process on the same disk, the same uuid and what it
@@ -299,18 +300,21 @@ class Replay:
             DRAIN_NODES_SECONDS,
             END_COOLDOWNS_SECONDS,
             MEMORY_PRESSURE_SECONDS,
+            REBALANCE_FLEET_SECONDS,
         )
         from eviction.tasks import (
             advance_moves_task,
             drain_nodes_task,
             end_cooldowns_task,
             memory_pressure_task,
+            rebalance_fleet_task,
         )
 
         jobs.append(BeatJob("advance_moves", ADVANCE_MOVES_SECONDS, advance_moves_task))
         jobs.append(BeatJob("memory_pressure", MEMORY_PRESSURE_SECONDS, memory_pressure_task))
         jobs.append(BeatJob("drain_nodes", DRAIN_NODES_SECONDS, drain_nodes_task))
         jobs.append(BeatJob("end_cooldowns", END_COOLDOWNS_SECONDS, end_cooldowns_task))
+        jobs.append(BeatJob("rebalance_fleet", REBALANCE_FLEET_SECONDS, rebalance_fleet_task))
         jobs.append(BeatJob("calibrate_memory_ratio", HOURLY, calibrate_memory_ratio_task))
         # A node back under its uuid: its restart record settles, or its lost data is
         # re-indexed (docs/operations.md, docs/scheduling.md).

@@ -73,6 +73,7 @@ def test_the_balance_reports_per_node_figures_the_moves_and_the_reconciler(api):
         "moves_in_flight": 0,
         "moves_building": 0,
         "move_ids_in_flight": [],
+        "settling_node_ids": [],
     }
     assert body["last_24_hours"]["moves"] == 0
     assert body["last_24_hours"]["redundant_moves"] == 0

@@ -13,6 +13,7 @@ from datetime import timedelta
 import pytest
 
 from eviction import balance_data, moves, rebalance
+from eviction.beat import REBALANCE_FLEET_SECONDS
 from eviction.tasks import rebalance_fleet_task
 from tests.api.helpers import NodeAPI, heartbeat_body
 from tests.eviction.test_balance_data import full_fleet
@@ -387,7 +388,9 @@ def test_a_joining_fleet_converges_within_the_throttle_with_every_namespace_serv
             moves.advance_moves,
             handlers.orphan_indices,
             handlers.delete_indices,
-            report_disks,
+            # The beat entry's period later, each node's heartbeat: a node that gave up an
+            # index is settled (balance_data.settling_nodes) by the next run.
+            lambda: (clock.advance(REBALANCE_FLEET_SECONDS), report_disks()),
         ):
             step()
             assert live_rebalance_moves() <= 2, step
@@ -428,3 +431,29 @@ def test_a_new_node_enqueues_the_reconciler_once(
         assert api.heartbeat(node_uuid, heartbeat_body()).status_code == 200
     assert len(sent) == 1  # an existing node's heartbeat enqueues nothing
     assert Node.objects.count() == 1
+
+
+# --- settling ------------------------------------------------------------------------------
+
+
+def test_a_node_that_gave_up_an_index_sheds_nothing_until_it_has_settled(joining):
+    first = rebalance.run_rebalance()
+    sources = set(
+        Move.objects.filter(id__in=first["started"]).values_list("source_node_id", flat=True)
+    )
+    for step in (moves.advance_moves, finish_building, moves.advance_moves, report_disks):
+        step()
+    assert set(rebalance_moves().values_list("state", flat=True)) == {Move.State.DONE}
+
+    second = rebalance.run_rebalance()
+
+    # Its reported disk may still count the deleted copy: it looks fuller than it is.
+    assert set(second["settling"]) == sources
+    started = Move.objects.filter(id__in=second["started"])
+    assert not set(started.values_list("source_node_id", flat=True)) & sources
+    assert second["converged"] is False
+    assert rebalance.balance_report()[2]["reconciler"]["settling_node_ids"] == sorted(sources)
+
+    clock.advance(balance_data.SETTLE_SECONDS + 1)
+    report_disks()
+    assert not balance_data.settling_nodes(clock.now()) & sources
