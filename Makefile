@@ -55,7 +55,7 @@ faults: install
 	$(BIN)/python bench/faults.py outage --service redis --seconds 120
 	$(BIN)/python bench/faults.py load
 
-# The replays (about 50 minutes together): tables on stdout, charts in docs/replays/.
+# The replays (about 55 minutes together): tables on stdout, charts in docs/replays/.
 replays: install
 	$(BIN)/python -m config.devservers exec -- $(BIN)/python bench/replay_hot_namespace.py
 	$(BIN)/python -m config.devservers exec -- $(BIN)/python bench/replay_lost_node.py
@@ -63,6 +63,7 @@ replays: install
 	$(BIN)/python -m config.devservers exec -- $(BIN)/python bench/replay_sustained_overfill.py
 	$(BIN)/python -m config.devservers exec -- $(BIN)/python bench/replay_rolling_restart.py
 	$(BIN)/python -m config.devservers exec -- $(BIN)/python bench/replay_drain.py
+	$(BIN)/python -m config.devservers exec -- $(BIN)/python bench/replay_rebalance.py
 
 lint: install
 	$(BIN)/ruff check .
