@@ -37,9 +37,11 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from zoekt import app_settings, capacity, memory, node_deletion, shutdowns
+from zoekt.audit import Action, Actor, Target, Via, audited, changed_values, record_refusal
 from zoekt.capacity import NodeWatermark
 from zoekt.models import (
     ApplicationSetting,
+    AuditEvent,
     EnabledNamespace,
     ForkNetworkMember,
     HandledTaskFailure,
@@ -166,6 +168,11 @@ class SaveChangedFieldsMixin:
         fields = [name for name in form.changed_data if name in concrete]
         if fields:
             obj.save(update_fields=[*fields, "updated_at"])
+
+
+def admin_actor(request) -> Actor:
+    """The signed-in operator of an admin request, for the audit trail."""
+    return Actor.from_request(request, Via.ADMIN)
 
 
 class ViewOnlyMixin:
@@ -500,6 +507,7 @@ class NodeAdmin(SaveChangedFieldsMixin, admin.ModelAdmin):
                 type="restart",
                 reason="requested from the admin",
                 requested_by=request.user.get_username(),
+                actor=admin_actor(request),
             ),
         )
 
@@ -516,6 +524,7 @@ class NodeAdmin(SaveChangedFieldsMixin, admin.ModelAdmin):
                 type="remove",
                 reason="requested from the admin",
                 requested_by=request.user.get_username(),
+                actor=admin_actor(request),
             ),
         )
 
@@ -526,7 +535,7 @@ class NodeAdmin(SaveChangedFieldsMixin, admin.ModelAdmin):
             queryset,
             "shutdown cancelled",
             lambda node: shutdowns.do_cancel_node_shutdown(
-                node.id, cancelled_by=request.user.get_username()
+                node.id, cancelled_by=request.user.get_username(), actor=admin_actor(request)
             ),
         )
 
@@ -543,6 +552,14 @@ class NodeAdmin(SaveChangedFieldsMixin, admin.ModelAdmin):
         try:
             return super().delete_view(request, object_id, extra)
         except node_deletion.HoldsLastCopy as error:
+            # The refusal's own event went with the page's rolled-back transaction.
+            record_refusal(
+                admin_actor(request),
+                Action.NODE_DELETED,
+                error,
+                target=shutdowns.node_target(int(object_id)),
+                force=False,
+            )
             self.message_user(request, str(error), messages.ERROR)
             return redirect(request.path)
 
@@ -558,6 +575,7 @@ class NodeAdmin(SaveChangedFieldsMixin, admin.ModelAdmin):
             obj.id,
             deleted_by=request.user.get_username(),
             force=request.POST.get("force") == "yes",
+            actor=admin_actor(request),
         )
 
     def delete_queryset(self, request, queryset):
@@ -566,7 +584,10 @@ class NodeAdmin(SaveChangedFieldsMixin, admin.ModelAdmin):
         force = request.POST.get("force") == "yes"
         for node in queryset.order_by("id"):
             node_deletion.do_delete_node(
-                node.id, deleted_by=request.user.get_username(), force=force
+                node.id,
+                deleted_by=request.user.get_username(),
+                force=force,
+                actor=admin_actor(request),
             )
 
     @admin.action(
@@ -580,6 +601,15 @@ class NodeAdmin(SaveChangedFieldsMixin, admin.ModelAdmin):
             with transaction.atomic():
                 response = django_delete_selected(self, request, queryset)
         except node_deletion.HoldsLastCopy as error:
+            # Nothing was deleted, and the events written inside went with the rollback.
+            record_refusal(
+                admin_actor(request),
+                Action.NODE_DELETED,
+                error,
+                target=Target("node", None, ", ".join(n.name for n in queryset.order_by("id"))),
+                force=False,
+                node_ids=sorted(queryset.values_list("id", flat=True)),
+            )
             self.message_user(request, str(error), messages.ERROR)
             return None
         if response is not None and getattr(response, "context_data", None) is not None:
@@ -720,6 +750,11 @@ class NodeAdmin(SaveChangedFieldsMixin, admin.ModelAdmin):
 # ----------------------------------------------------------------------------
 
 
+def _namespace_target(enabled: EnabledNamespace) -> Target:
+    root = enabled.root_namespace
+    return Target("namespace", enabled.root_namespace_id, root.path if root else "")
+
+
 class RolloutFailedFilter(admin.SimpleListFilter):
     title = "rollout failed"
     parameter_name = "rollout_failed"
@@ -810,6 +845,32 @@ class EnabledNamespaceAdmin(SaveChangedFieldsMixin, admin.ModelAdmin):
 
     def get_queryset(self, request):
         return super().get_queryset(request).with_replica_count()
+
+    def save_model(self, request, obj, form, change):
+        """Enabling a namespace, or changing its ``search`` switch or replica override,
+        recorded with the fields changed (old and new)."""
+        before = {name: form.initial.get(name) for name in form.changed_data}
+        after = {name: form.cleaned_data.get(name) for name in form.changed_data}
+        before.pop("root_namespace", None)
+        after.pop("root_namespace", None)
+        with audited(
+            admin_actor(request),
+            Action.NAMESPACE_UPDATED if change else Action.NAMESPACE_ENABLED,
+            _namespace_target(obj),
+        ) as entry:
+            super().save_model(request, obj, form, change)
+            entry.details.update(enabled_namespace_id=obj.pk, changes=changed_values(before, after))
+
+    def delete_model(self, request, obj):
+        with audited(
+            admin_actor(request), Action.NAMESPACE_DISABLED, _namespace_target(obj)
+        ) as entry:
+            entry.details["enabled_namespace_id"] = obj.pk
+            super().delete_model(request, obj)
+
+    def delete_queryset(self, request, queryset):
+        for obj in queryset.select_related("root_namespace").order_by("id"):
+            self.delete_model(request, obj)
 
     def get_readonly_fields(self, request, obj=None):
         if obj is not None:
@@ -1170,6 +1231,18 @@ class ApplicationSettingAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request, obj=None):
         return False
 
+    def save_model(self, request, obj, form, change):
+        """The settings saved, recorded with each changed field's old and new value."""
+        before = {name: form.initial.get(name) for name in form.changed_data}
+        after = {name: form.cleaned_data.get(name) for name in form.changed_data}
+        with audited(
+            admin_actor(request),
+            Action.APPLICATION_SETTINGS_UPDATED,
+            Target("application_settings", obj.pk, "application settings"),
+        ) as entry:
+            super().save_model(request, obj, form, change)
+            entry.details["changes"] = changed_values(before, after)
+
     def changelist_view(self, request, extra_context=None):
         """There is one row: go straight to it, creating it with the defaults if needed."""
         if not self.has_view_or_change_permission(request):
@@ -1177,3 +1250,27 @@ class ApplicationSettingAdmin(admin.ModelAdmin):
         row = app_settings.load_row()
         opts = self.model._meta
         return redirect(reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[row.pk]))
+
+
+@admin.register(AuditEvent)
+class AuditEventAdmin(ViewOnlyMixin, admin.ModelAdmin):
+    """The audit trail (``zoekt.audit``): append-only, so no add, change or delete here;
+    the dashboard's Audit page filters it."""
+
+    list_display = (
+        "id",
+        "created_at",
+        "author_name",
+        "via",
+        "ip_address",
+        "event_name",
+        "target_type",
+        "target_id",
+        "target_details",
+        "outcome",
+        "reason",
+    )
+    list_filter = ("via", "outcome", "event_name")
+    search_fields = ("author_name", "target_details", "event_name")
+    ordering = ("-created_at", "-id")
+    actions = None
