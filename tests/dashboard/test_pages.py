@@ -54,6 +54,7 @@ PAGES = [
     "dashboard-evictions",
     "dashboard-moves",
     "dashboard-maintenance",
+    "dashboard-audit",
 ]
 
 
