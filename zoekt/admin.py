@@ -175,6 +175,28 @@ def admin_actor(request) -> Actor:
     return Actor.from_request(request, Via.ADMIN)
 
 
+class AuditedSaveMixin:
+    """An operator's edit in the admin, recorded in the audit trail with each changed
+    field's old and new value: ``audit_action(change)`` names it, ``audit_target(obj)``
+    its row."""
+
+    def audit_action(self, change: bool) -> str:
+        raise NotImplementedError
+
+    def audit_target(self, obj) -> Target:
+        raise NotImplementedError
+
+    def save_model(self, request, obj, form, change):
+        changed = [name for name in form.changed_data if name not in ("root_namespace",)]
+        before = {name: form.initial.get(name) for name in changed}
+        after = {name: form.cleaned_data.get(name) for name in changed}
+        with audited(
+            admin_actor(request), self.audit_action(change), self.audit_target(obj)
+        ) as entry:
+            super().save_model(request, obj, form, change)
+            entry.details["changes"] = changed_values(before, after)
+
+
 class ViewOnlyMixin:
     """Rows the control plane writes and the operator only inspects."""
 
@@ -379,7 +401,7 @@ class DiskWatermarkFilter(admin.SimpleListFilter):
 
 
 @admin.register(Node)
-class NodeAdmin(SaveChangedFieldsMixin, admin.ModelAdmin):
+class NodeAdmin(AuditedSaveMixin, SaveChangedFieldsMixin, admin.ModelAdmin):
     list_display = (
         "name_display",
         "uuid",
@@ -494,6 +516,12 @@ class NodeAdmin(SaveChangedFieldsMixin, admin.ModelAdmin):
 
     def has_add_permission(self, request):
         return False  # nodes register themselves with their first heartbeat
+
+    def audit_action(self, change: bool) -> str:
+        return Action.NODE_UPDATED  # the storage lock, the one field an operator edits
+
+    def audit_target(self, obj: Node) -> Target:
+        return shutdowns.node_target(obj.id, obj)
 
     @admin.action(description="Request a restart (kept for the default delay)")
     def request_restart(self, request, queryset):
@@ -811,7 +839,7 @@ class NodeShutdownAdmin(ViewOnlyMixin, admin.ModelAdmin):
 
 
 @admin.register(EnabledNamespace)
-class EnabledNamespaceAdmin(SaveChangedFieldsMixin, admin.ModelAdmin):
+class EnabledNamespaceAdmin(AuditedSaveMixin, SaveChangedFieldsMixin, admin.ModelAdmin):
     form = EnabledNamespaceForm
     list_display = (
         "id",
@@ -846,20 +874,12 @@ class EnabledNamespaceAdmin(SaveChangedFieldsMixin, admin.ModelAdmin):
     def get_queryset(self, request):
         return super().get_queryset(request).with_replica_count()
 
-    def save_model(self, request, obj, form, change):
-        """Enabling a namespace, or changing its ``search`` switch or replica override,
-        recorded with the fields changed (old and new)."""
-        before = {name: form.initial.get(name) for name in form.changed_data}
-        after = {name: form.cleaned_data.get(name) for name in form.changed_data}
-        before.pop("root_namespace", None)
-        after.pop("root_namespace", None)
-        with audited(
-            admin_actor(request),
-            Action.NAMESPACE_UPDATED if change else Action.NAMESPACE_ENABLED,
-            _namespace_target(obj),
-        ) as entry:
-            super().save_model(request, obj, form, change)
-            entry.details.update(enabled_namespace_id=obj.pk, changes=changed_values(before, after))
+    def audit_action(self, change: bool) -> str:
+        """Enabling a namespace, or changing its ``search`` switch or replica override."""
+        return Action.NAMESPACE_UPDATED if change else Action.NAMESPACE_ENABLED
+
+    def audit_target(self, obj: EnabledNamespace) -> Target:
+        return _namespace_target(obj)
 
     def delete_model(self, request, obj):
         with audited(
@@ -1220,7 +1240,7 @@ class ApplicationSettingForm(forms.ModelForm):
 
 
 @admin.register(ApplicationSetting)
-class ApplicationSettingAdmin(admin.ModelAdmin):
+class ApplicationSettingAdmin(AuditedSaveMixin, admin.ModelAdmin):
     form = ApplicationSettingForm
     fieldsets = SETTINGS_FIELDSETS
     readonly_fields = ("updated_at",)
@@ -1231,17 +1251,11 @@ class ApplicationSettingAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request, obj=None):
         return False
 
-    def save_model(self, request, obj, form, change):
-        """The settings saved, recorded with each changed field's old and new value."""
-        before = {name: form.initial.get(name) for name in form.changed_data}
-        after = {name: form.cleaned_data.get(name) for name in form.changed_data}
-        with audited(
-            admin_actor(request),
-            Action.APPLICATION_SETTINGS_UPDATED,
-            Target("application_settings", obj.pk, "application settings"),
-        ) as entry:
-            super().save_model(request, obj, form, change)
-            entry.details["changes"] = changed_values(before, after)
+    def audit_action(self, change: bool) -> str:
+        return Action.APPLICATION_SETTINGS_UPDATED
+
+    def audit_target(self, obj: ApplicationSetting) -> Target:
+        return Target("application_settings", obj.pk, "application settings")
 
     def changelist_view(self, request, extra_context=None):
         """There is one row: go straight to it, creating it with the defaults if needed."""

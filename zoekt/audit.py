@@ -53,6 +53,7 @@ class Action(enum.StrEnum):
     PROJECT_INDEX_REQUESTED = "project_index_requested"
     NAMESPACE_RESPLIT_STARTED = "namespace_resplit_started"
     INDEX_MOVE_REQUESTED = "index_move_requested"
+    NODE_UPDATED = "node_updated"
     NODE_SHUTDOWN_REQUESTED = "node_shutdown_requested"
     NODE_SHUTDOWN_CANCELLED = "node_shutdown_cancelled"
     NODE_DELETED = "node_deleted"

@@ -189,6 +189,29 @@ def test_enabling_changing_and_disabling_a_namespace_in_the_admin_are_recorded(s
     }
 
 
+def test_a_node_edited_in_the_admin_is_recorded_with_the_field_changed(staff, now):
+    node = NodeFactory(metadata={"name": "zoekt-5"})
+    url = reverse("admin:zoekt_node_change", args=[node.id])
+    data = form_data(staff.get(url))
+    data.update(
+        usable_storage_bytes_locked_until_0="2030-01-02",
+        usable_storage_bytes_locked_until_1="03:04:05",
+    )
+
+    response = staff.post(url, data)
+
+    assert response.status_code == 302
+    event = only_event(event_name="node_updated")
+    assert (event.via, event.author_name, event.target_id, event.target_details) == (
+        "admin",
+        "ops-ivy",
+        node.id,
+        "zoekt-5",
+    )
+    change = event.details["changes"]["usable_storage_bytes_locked_until"]
+    assert change["old"] is None and change["new"].startswith("2030-01-02 03:04:05")
+
+
 @pytest.mark.parametrize(
     ("action", "event_name", "kind"),
     [
