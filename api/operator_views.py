@@ -28,6 +28,7 @@ from api import operator_serializers as s
 from api.authentication import OperatorTokenAuthentication
 from api.errors import Conflict, PayloadTooLarge
 from zoekt import app_settings, catalog, operator_actions, shutdowns
+from zoekt.audit import Actor, Via
 from zoekt.logging import get_logger
 from zoekt.models import EnabledNamespace, Index, Node
 
@@ -67,6 +68,11 @@ def ensure_zoekt_indexing_enabled() -> None:
     """GitLab's ``ensure_zoekt_indexing_enabled!``: PUT and PATCH need indexing enabled."""
     if not app_settings.current().indexing_enabled:
         raise exceptions.ValidationError({"zoekt_indexing_enabled": [INDEXING_DISABLED_MESSAGE]})
+
+
+def api_actor(request) -> Actor:
+    """The operator behind an API request, for the audit trail."""
+    return Actor.from_request(request, Via.API)
 
 
 class OperatorAPIView(APIView):
@@ -113,7 +119,7 @@ class ProjectIndexView(OperatorAPIView):
     )
     def put(self, request, project_id: int):
         ensure_zoekt_indexing_enabled()
-        job_id = operator_actions.do_enqueue_project_index(project_id)
+        job_id = operator_actions.do_enqueue_project_index(project_id, actor=api_actor(request))
         log.info(
             "operator_index_project",
             user=request.user.username,
@@ -183,7 +189,7 @@ class NamespaceReplicasView(OperatorAPIView):
         serializer = s.NumberOfReplicasOverrideSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         enabled = operator_actions.do_update_number_of_replicas_override(
-            namespace_ref, serializer.validated_data
+            namespace_ref, serializer.validated_data, actor=api_actor(request)
         )
         log.info(
             "operator_update_namespace",
@@ -320,7 +326,7 @@ class IndexedNamespaceView(OperatorAPIView):
         serializer = s.EnableNamespaceSerializer(data=data)
         serializer.is_valid(raise_exception=True)
         result = operator_actions.do_enable_namespace(
-            node_id, namespace_id, serializer.validated_data["search"]
+            node_id, namespace_id, serializer.validated_data["search"], actor=api_actor(request)
         )
         log.info(
             "operator_enable_namespace",
@@ -357,7 +363,9 @@ class IndexedNamespaceView(OperatorAPIView):
         },
     )
     def delete(self, request, node_id: int, namespace_id: int):
-        result = operator_actions.do_disable_namespace(node_id, namespace_id)
+        result = operator_actions.do_disable_namespace(
+            node_id, namespace_id, actor=api_actor(request)
+        )
         log.info(
             "operator_disable_namespace", user=request.user.username, node_id=node_id, **result
         )
@@ -629,6 +637,7 @@ class NodeShutdownView(OperatorAPIView):
             requested_by=request.user.username,
             allowed_delay=data.get("allowed_delay"),
             target_node_id=data.get("target_node_id"),
+            actor=api_actor(request),
         )
         return Response(shutdowns.describe(record), status=status.HTTP_201_CREATED)
 
@@ -685,5 +694,7 @@ class NodeShutdownView(OperatorAPIView):
         },
     )
     def delete(self, request, node_id: int):
-        record = shutdowns.do_cancel_node_shutdown(node_id, cancelled_by=request.user.username)
+        record = shutdowns.do_cancel_node_shutdown(
+            node_id, cancelled_by=request.user.username, actor=api_actor(request)
+        )
         return Response(shutdowns.describe(record))

@@ -5,7 +5,8 @@
 ``.../evictions/`` (nodes over the high watermark, in cooldown, and the
 eviction decisions), ``.../moves/`` (moves in flight and recent),
 ``.../maintenance/`` (node shutdown records, live and recent), ``.../balance/`` (the
-desired balance and the rebalance reconciler).
+desired balance and the rebalance reconciler), ``.../audit/`` (the audit trail of
+operator actions, filtered).
 Each view reads one function of its page's module in ``dashboard.readmodels`` (a
 fixed number of queries) and renders a template under ``templates/zoekt/dashboard/`` that
 extends the admin's ``base_site.html``; charts are inline SVG drawn by
@@ -24,6 +25,14 @@ from django.urls import path
 from django.utils.safestring import SafeString
 
 from dashboard import charts, history
+from dashboard.readmodels.audit import (
+    AUDIT_ACTIONS,
+    AUDIT_OUTCOMES,
+    AUDIT_VIAS,
+    AuditFilters,
+    BadFilterValue,
+    audit_page,
+)
 from dashboard.readmodels.balance import balance_page
 from dashboard.readmodels.common import UnknownChoice
 from dashboard.readmodels.evictions import eviction_page
@@ -50,6 +59,7 @@ PAGES = (
     ("maintenance", "Maintenance"),
     ("balance", "Balance"),
     ("gitlab", "GitLab"),
+    ("audit", "Audit"),
 )
 
 
@@ -396,6 +406,27 @@ def gitlab(request: HttpRequest) -> HttpResponse:
     )
 
 
+def audit(request: HttpRequest) -> HttpResponse:
+    """The audit trail (docs/operations.md, "Audit trail"): newest first, filtered; a
+    filter value the page cannot read is a 400 naming it, and nothing listed."""
+    filters = AuditFilters(
+        **{field: request.GET.get(field, "") for field in AuditFilters.__dataclass_fields__}
+    )
+    context = {
+        "filters": filters,
+        "actions": AUDIT_ACTIONS,
+        "vias": AUDIT_VIAS,
+        "outcomes": AUDIT_OUTCOMES,
+    }
+    try:
+        trail = audit_page(filters, page=request.GET.get("page", 1))
+    except (UnknownChoice, BadFilterValue) as error:
+        response = _render(request, "audit.html", "audit", "Audit", error=error, **context)
+        response.status_code = 400
+        return response
+    return _render(request, "audit.html", "audit", "Audit", trail=trail, **context)
+
+
 def urls() -> list:
     view = admin.site.admin_view
     return [
@@ -407,6 +438,7 @@ def urls() -> list:
         path("moves/", view(moves), name="dashboard-moves"),
         path("maintenance/", view(maintenance), name="dashboard-maintenance"),
         path("balance/", view(balance), name="dashboard-balance"),
+        path("audit/", view(audit), name="dashboard-audit"),
         path("namespaces/<int:root_namespace_id>/", view(namespace), name="dashboard-namespace"),
         path("evictions/", view(evictions), name="dashboard-evictions"),
         path("gitlab/", view(gitlab), name="dashboard-gitlab"),

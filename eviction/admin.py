@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.contrib import admin, messages
 
 from eviction.models import EvictionDecision
-from zoekt.admin import EnabledNamespaceAdmin, bytes_column
+from zoekt.admin import EnabledNamespaceAdmin, admin_actor, bytes_column
 from zoekt.models import Move
 
 
@@ -85,7 +85,7 @@ def resplit_with_moves(modeladmin, request, queryset):
     for enabled in queryset.order_by("id"):
         root = enabled.root_namespace_id
         try:
-            plan = moves.start_resplit(root)
+            plan = moves.start_resplit(root, actor=admin_actor(request))
         except resplit.ResplitError as error:
             modeladmin.message_user(request, f"Namespace {root}: {error}", messages.ERROR)
             continue

@@ -32,6 +32,7 @@ from django.db import IntegrityError, transaction
 
 from eviction import moves
 from zoekt import app_settings, capacity, clock, memory
+from zoekt.audit import Action, Actor, Target, audited
 from zoekt.logging import get_logger
 from zoekt.models import Index, Move, Node, NodeShutdown
 from zoekt.operator_actions import ObjectNotFound, OperatorError, Rejected
@@ -116,6 +117,42 @@ def check_request(reason: Any, requested_by: Any) -> dict[str, list[str]]:
 
 
 def do_move_index(
+    index_id: int,
+    to_node_id: int,
+    *,
+    requested_by: str,
+    reason: str = "",
+    settings: app_settings.ZoektSettings | None = None,
+    now: datetime | None = None,
+    actor: Actor | None = None,
+) -> HandMove:
+    """``_move_index``, recorded in the audit trail (ok, or refused with the stable code)."""
+    with audited(
+        actor or Actor.internal(str(requested_by)),
+        Action.INDEX_MOVE_REQUESTED,
+        Target("index", index_id),
+        to_node_id=to_node_id,
+        request_reason=reason,
+    ) as entry:
+        done = _move_index(
+            index_id,
+            to_node_id,
+            requested_by=requested_by,
+            reason=reason,
+            settings=settings,
+            now=now,
+        )
+        entry.target = Target("index", index_id, f"namespace {done.move.namespace_id}")
+        entry.details.update(
+            move_id=done.move.id,
+            move_state=done.move.state,
+            source_node_id=done.move.source_node_id,
+            to_node_name=done.target.name,
+        )
+    return done
+
+
+def _move_index(
     index_id: int,
     to_node_id: int,
     *,

@@ -52,6 +52,7 @@ from eviction import resplit
 from eviction.resplit import Carve, carved_repositories, create_carve, narrowed
 from planner.filters import share_left
 from zoekt import actions, app_settings, capacity, clock, memory, transitions
+from zoekt.audit import Action, Actor, Target, audited
 from zoekt.logging import get_logger
 from zoekt.models import (
     EnabledNamespace,
@@ -891,6 +892,32 @@ def _narrow(source: Index, carve: Carve, now: datetime) -> dict[str, Any]:
 
 
 def start_resplit(
+    root_namespace_id: int,
+    *,
+    index_id: int | None = None,
+    settings: app_settings.ZoektSettings | None = None,
+    now: datetime | None = None,
+    actor: Actor | None = None,
+) -> resplit.ResplitPlan:
+    """``_start_resplit``, recorded in the audit trail (ok, or refused: ``resplit_refused``
+    with the reason in words)."""
+    with audited(
+        actor,
+        Action.NAMESPACE_RESPLIT_STARTED,
+        Target("namespace", root_namespace_id),
+        refusals=(resplit.ResplitError,),
+        index_id=index_id,
+    ) as entry:
+        out = _start_resplit(root_namespace_id, index_id=index_id, settings=settings, now=now)
+        entry.details.update(
+            source_index_id=out.source_index_id,
+            move_id=out.move_id,
+            carves=len(out.carves),
+        )
+    return out
+
+
+def _start_resplit(
     root_namespace_id: int,
     *,
     index_id: int | None = None,

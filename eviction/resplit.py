@@ -45,6 +45,8 @@ RESPLIT = "resplit"
 class ResplitError(ValueError):
     """The namespace cannot be re-split now; the message says why."""
 
+    code = "resplit_refused"
+
 
 # --------------------------------------------------------------------------- #
 # Pure: the plan's pieces as carves

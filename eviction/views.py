@@ -24,7 +24,7 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 
 from api.errors import Conflict
-from api.operator_views import OperatorAPIView
+from api.operator_views import OperatorAPIView, api_actor
 from eviction import manual, rebalance
 from eviction import serializers as s
 
@@ -137,6 +137,7 @@ class IndexMoveView(OperatorAPIView):
             data["to_node_id"],
             requested_by=request.user.username,
             reason=data["reason"],
+            actor=api_actor(request),
         )
         return Response(done.as_dict(), status=status.HTTP_201_CREATED)
 

@@ -37,9 +37,11 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from zoekt import app_settings, capacity, memory, node_deletion, shutdowns
+from zoekt.audit import Action, Actor, Target, Via, audited, changed_values, record_refusal
 from zoekt.capacity import NodeWatermark
 from zoekt.models import (
     ApplicationSetting,
+    AuditEvent,
     EnabledNamespace,
     ForkNetworkMember,
     HandledTaskFailure,
@@ -166,6 +168,33 @@ class SaveChangedFieldsMixin:
         fields = [name for name in form.changed_data if name in concrete]
         if fields:
             obj.save(update_fields=[*fields, "updated_at"])
+
+
+def admin_actor(request) -> Actor:
+    """The signed-in operator of an admin request, for the audit trail."""
+    return Actor.from_request(request, Via.ADMIN)
+
+
+class AuditedSaveMixin:
+    """An operator's edit in the admin, recorded in the audit trail with each changed
+    field's old and new value: ``audit_action(change)`` names it, ``audit_target(obj)``
+    its row."""
+
+    def audit_action(self, change: bool) -> str:
+        raise NotImplementedError
+
+    def audit_target(self, obj) -> Target:
+        raise NotImplementedError
+
+    def save_model(self, request, obj, form, change):
+        changed = [name for name in form.changed_data if name not in ("root_namespace",)]
+        before = {name: form.initial.get(name) for name in changed}
+        after = {name: form.cleaned_data.get(name) for name in changed}
+        with audited(
+            admin_actor(request), self.audit_action(change), self.audit_target(obj)
+        ) as entry:
+            super().save_model(request, obj, form, change)
+            entry.details["changes"] = changed_values(before, after)
 
 
 class ViewOnlyMixin:
@@ -372,7 +401,7 @@ class DiskWatermarkFilter(admin.SimpleListFilter):
 
 
 @admin.register(Node)
-class NodeAdmin(SaveChangedFieldsMixin, admin.ModelAdmin):
+class NodeAdmin(AuditedSaveMixin, SaveChangedFieldsMixin, admin.ModelAdmin):
     list_display = (
         "name_display",
         "uuid",
@@ -488,6 +517,12 @@ class NodeAdmin(SaveChangedFieldsMixin, admin.ModelAdmin):
     def has_add_permission(self, request):
         return False  # nodes register themselves with their first heartbeat
 
+    def audit_action(self, change: bool) -> str:
+        return Action.NODE_UPDATED  # the storage lock, the one field an operator edits
+
+    def audit_target(self, obj: Node) -> Target:
+        return shutdowns.node_target(obj.id, obj)
+
     @admin.action(description="Request a restart (kept for the default delay)")
     def request_restart(self, request, queryset):
         """A restart record per selected node, by the signed-in operator (docs/operations.md)."""
@@ -500,6 +535,7 @@ class NodeAdmin(SaveChangedFieldsMixin, admin.ModelAdmin):
                 type="restart",
                 reason="requested from the admin",
                 requested_by=request.user.get_username(),
+                actor=admin_actor(request),
             ),
         )
 
@@ -516,6 +552,7 @@ class NodeAdmin(SaveChangedFieldsMixin, admin.ModelAdmin):
                 type="remove",
                 reason="requested from the admin",
                 requested_by=request.user.get_username(),
+                actor=admin_actor(request),
             ),
         )
 
@@ -526,7 +563,7 @@ class NodeAdmin(SaveChangedFieldsMixin, admin.ModelAdmin):
             queryset,
             "shutdown cancelled",
             lambda node: shutdowns.do_cancel_node_shutdown(
-                node.id, cancelled_by=request.user.get_username()
+                node.id, cancelled_by=request.user.get_username(), actor=admin_actor(request)
             ),
         )
 
@@ -543,6 +580,14 @@ class NodeAdmin(SaveChangedFieldsMixin, admin.ModelAdmin):
         try:
             return super().delete_view(request, object_id, extra)
         except node_deletion.HoldsLastCopy as error:
+            # The refusal's own event went with the page's rolled-back transaction.
+            record_refusal(
+                admin_actor(request),
+                Action.NODE_DELETED,
+                error,
+                target=shutdowns.node_target(int(object_id)),
+                force=False,
+            )
             self.message_user(request, str(error), messages.ERROR)
             return redirect(request.path)
 
@@ -558,6 +603,7 @@ class NodeAdmin(SaveChangedFieldsMixin, admin.ModelAdmin):
             obj.id,
             deleted_by=request.user.get_username(),
             force=request.POST.get("force") == "yes",
+            actor=admin_actor(request),
         )
 
     def delete_queryset(self, request, queryset):
@@ -566,7 +612,10 @@ class NodeAdmin(SaveChangedFieldsMixin, admin.ModelAdmin):
         force = request.POST.get("force") == "yes"
         for node in queryset.order_by("id"):
             node_deletion.do_delete_node(
-                node.id, deleted_by=request.user.get_username(), force=force
+                node.id,
+                deleted_by=request.user.get_username(),
+                force=force,
+                actor=admin_actor(request),
             )
 
     @admin.action(
@@ -580,6 +629,15 @@ class NodeAdmin(SaveChangedFieldsMixin, admin.ModelAdmin):
             with transaction.atomic():
                 response = django_delete_selected(self, request, queryset)
         except node_deletion.HoldsLastCopy as error:
+            # Nothing was deleted, and the events written inside went with the rollback.
+            record_refusal(
+                admin_actor(request),
+                Action.NODE_DELETED,
+                error,
+                target=Target("node", None, ", ".join(n.name for n in queryset.order_by("id"))),
+                force=False,
+                node_ids=sorted(queryset.values_list("id", flat=True)),
+            )
             self.message_user(request, str(error), messages.ERROR)
             return None
         if response is not None and getattr(response, "context_data", None) is not None:
@@ -720,6 +778,11 @@ class NodeAdmin(SaveChangedFieldsMixin, admin.ModelAdmin):
 # ----------------------------------------------------------------------------
 
 
+def _namespace_target(enabled: EnabledNamespace) -> Target:
+    root = enabled.root_namespace
+    return Target("namespace", enabled.root_namespace_id, root.path if root else "")
+
+
 class RolloutFailedFilter(admin.SimpleListFilter):
     title = "rollout failed"
     parameter_name = "rollout_failed"
@@ -776,7 +839,7 @@ class NodeShutdownAdmin(ViewOnlyMixin, admin.ModelAdmin):
 
 
 @admin.register(EnabledNamespace)
-class EnabledNamespaceAdmin(SaveChangedFieldsMixin, admin.ModelAdmin):
+class EnabledNamespaceAdmin(AuditedSaveMixin, SaveChangedFieldsMixin, admin.ModelAdmin):
     form = EnabledNamespaceForm
     list_display = (
         "id",
@@ -810,6 +873,24 @@ class EnabledNamespaceAdmin(SaveChangedFieldsMixin, admin.ModelAdmin):
 
     def get_queryset(self, request):
         return super().get_queryset(request).with_replica_count()
+
+    def audit_action(self, change: bool) -> str:
+        """Enabling a namespace, or changing its ``search`` switch or replica override."""
+        return Action.NAMESPACE_UPDATED if change else Action.NAMESPACE_ENABLED
+
+    def audit_target(self, obj: EnabledNamespace) -> Target:
+        return _namespace_target(obj)
+
+    def delete_model(self, request, obj):
+        with audited(
+            admin_actor(request), Action.NAMESPACE_DISABLED, _namespace_target(obj)
+        ) as entry:
+            entry.details["enabled_namespace_id"] = obj.pk
+            super().delete_model(request, obj)
+
+    def delete_queryset(self, request, queryset):
+        for obj in queryset.select_related("root_namespace").order_by("id"):
+            self.delete_model(request, obj)
 
     def get_readonly_fields(self, request, obj=None):
         if obj is not None:
@@ -1169,7 +1250,7 @@ class ApplicationSettingForm(forms.ModelForm):
 
 
 @admin.register(ApplicationSetting)
-class ApplicationSettingAdmin(admin.ModelAdmin):
+class ApplicationSettingAdmin(AuditedSaveMixin, admin.ModelAdmin):
     form = ApplicationSettingForm
     fieldsets = SETTINGS_FIELDSETS
     readonly_fields = ("updated_at",)
@@ -1180,6 +1261,12 @@ class ApplicationSettingAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request, obj=None):
         return False
 
+    def audit_action(self, change: bool) -> str:
+        return Action.APPLICATION_SETTINGS_UPDATED
+
+    def audit_target(self, obj: ApplicationSetting) -> Target:
+        return Target("application_settings", obj.pk, "application settings")
+
     def changelist_view(self, request, extra_context=None):
         """There is one row: go straight to it, creating it with the defaults if needed."""
         if not self.has_view_or_change_permission(request):
@@ -1187,3 +1274,27 @@ class ApplicationSettingAdmin(admin.ModelAdmin):
         row = app_settings.load_row()
         opts = self.model._meta
         return redirect(reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[row.pk]))
+
+
+@admin.register(AuditEvent)
+class AuditEventAdmin(ViewOnlyMixin, admin.ModelAdmin):
+    """The audit trail (``zoekt.audit``): append-only, so no add, change or delete here;
+    the dashboard's Audit page filters it."""
+
+    list_display = (
+        "id",
+        "created_at",
+        "author_name",
+        "via",
+        "ip_address",
+        "event_name",
+        "target_type",
+        "target_id",
+        "target_details",
+        "outcome",
+        "reason",
+    )
+    list_filter = ("via", "outcome", "event_name")
+    search_fields = ("author_name", "target_details", "event_name")
+    ordering = ("-created_at", "-id")
+    actions = None

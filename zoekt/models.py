@@ -1479,3 +1479,85 @@ class ApplicationSetting(ClockStampedModel):
         from zoekt.app_settings import validate_setting_values
 
         validate_setting_values(self)
+
+
+# ----------------------------------------------------------------------------
+# The audit trail of operator actions (docs/operations.md, "Audit trail")
+# ----------------------------------------------------------------------------
+
+
+class AppendOnly(Exception):
+    """An audit event is never changed or deleted once written."""
+
+
+class AuditEventQuerySet(models.QuerySet):
+    def update(self, **kwargs):
+        raise AppendOnly("audit events are append-only: no update")
+
+    def delete(self):
+        raise AppendOnly("audit events are append-only: no delete")
+
+
+class AuditEvent(models.Model):
+    """One operator action through the admin, the API or a command, with its outcome.
+
+    GitLab's ``audit_events`` names (``author_id``, ``author_name``,
+    ``ip_address``, ``event_name``, ``target_type``, ``target_id``,
+    ``target_details``, ``details``), plus ``via`` (the surface), ``outcome``
+    and ``reason``. Append-only: ``save`` of a stored row and ``delete`` raise
+    ``AppendOnly``, so do the queryset's ``update`` and ``delete``, and a
+    trigger in the database refuses UPDATE and DELETE (migration 0017).
+    Written by ``zoekt.audit`` only.
+    """
+
+    class Via(models.TextChoices):
+        ADMIN = "admin"
+        API = "api"
+        COMMAND = "command"
+        #: A domain call with no surface (a shell, a test): recorded all the same.
+        INTERNAL = "internal"
+
+    class Outcome(models.TextChoices):
+        OK = "ok"
+        REFUSED = "refused"
+        ERROR = "error"
+
+    created_at = models.DateTimeField(default=clock.now, editable=False)
+    #: The Django user's id (None for a command's OS user, or an unknown one).
+    author_id = models.BigIntegerField(null=True, blank=True)
+    #: The username at the time (kept when the user is renamed or deleted).
+    author_name = models.CharField(max_length=255)
+    via = models.CharField(max_length=16, choices=Via.choices)
+    #: The client's address (REMOTE_ADDR), or the host a command ran on.
+    ip_address = models.CharField(max_length=255, blank=True, default="")
+    #: The action, a stable snake_case code (``zoekt.audit.Action``).
+    event_name = models.CharField(max_length=64)
+    target_type = models.CharField(max_length=64, blank=True, default="")
+    target_id = models.BigIntegerField(null=True, blank=True)
+    #: A label for the target at the time (a node's name, a namespace's path).
+    target_details = models.CharField(max_length=255, blank=True, default="")
+    outcome = models.CharField(max_length=16, choices=Outcome.choices)
+    #: Why it was refused or failed: a stable code (``zoekt.reasons`` or the error's).
+    reason = models.CharField(max_length=64, blank=True, default="")
+    details = models.JSONField(default=dict, blank=True)
+
+    objects = AuditEventQuerySet.as_manager()
+
+    class Meta:
+        db_table = "audit_events"
+        indexes = [
+            models.Index(fields=["-created_at", "-id"], name="audit_events_newest"),
+            models.Index(fields=["event_name", "-id"], name="audit_events_event_name"),
+            models.Index(fields=["author_name", "-id"], name="audit_events_author_name"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.event_name} by {self.author_name} via {self.via}: {self.outcome}"
+
+    def save(self, *args, **kwargs) -> None:
+        if not self._state.adding:
+            raise AppendOnly("audit events are append-only: a stored event is not changed")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise AppendOnly("audit events are append-only: no delete")

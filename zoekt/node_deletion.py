@@ -38,6 +38,7 @@ from typing import Any
 from django.db import transaction
 
 from zoekt import clock
+from zoekt.audit import Action, Actor, Target, audited
 from zoekt.logging import get_logger
 from zoekt.models import Index, Node, NodeShutdown
 from zoekt.operator_actions import ObjectNotFound, OperatorError, Rejected
@@ -52,6 +53,8 @@ Status = NodeShutdown.Status
 
 class HoldsLastCopy(OperatorError):
     """The node holds the last ready copy of some project ranges: not deleted."""
+
+    code = Reason.NODE_HOLDS_LAST_COPY
 
     def __init__(self, node: Node, ranges: list[dict[str, Any]]):
         namespaces = len({item["namespace_id"] for item in ranges})
@@ -122,6 +125,35 @@ def last_copies(node_id: int, now: datetime | None = None) -> list[dict[str, Any
 
 
 def do_delete_node(
+    node_id: int,
+    *,
+    deleted_by: str,
+    force: bool = False,
+    now: datetime | None = None,
+    actor: Actor | None = None,
+) -> dict[str, Any]:
+    """``_delete_node``, recorded in the audit trail: ``node_deleted``, or
+    ``node_force_deleted`` when it took ranges dark; refused when it would have."""
+    with audited(
+        actor or Actor.internal(deleted_by),
+        Action.NODE_DELETED,
+        Target("node", node_id),
+        force=force,
+    ) as entry:
+        result = _delete_node(node_id, deleted_by=deleted_by, force=force, now=now)
+        entry.target = Target("node", node_id, result["node_name"])
+        if result["forced"]:
+            entry.action = Action.NODE_FORCE_DELETED
+        entry.details.update(
+            dark_ranges=result["dark_ranges"],
+            indices_deleted=result["indices_deleted"],
+            repositories_deleted=result["repositories_deleted"],
+            shutdowns_completed=result["shutdowns_completed"],
+        )
+    return result
+
+
+def _delete_node(
     node_id: int, *, deleted_by: str, force: bool = False, now: datetime | None = None
 ) -> dict[str, Any]:
     """Delete the node's row with its indices and repositories, in one transaction.

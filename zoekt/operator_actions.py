@@ -15,6 +15,7 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef, Q
 
 from zoekt import clock, hooks, transitions
+from zoekt.audit import Action, Actor, Target, audited, changed_values
 from zoekt.logging import get_logger
 from zoekt.models import (
     EnabledNamespace,
@@ -25,39 +26,11 @@ from zoekt.models import (
     Replica,
     Repository,
 )
+from zoekt.operator_errors import ObjectNotFound, OperatorError, Rejected, error_text
 
 log = get_logger(__name__)
 
-
-class OperatorError(Exception):
-    """A request that cannot be carried out; nothing was written."""
-
-
-def error_text(error: OperatorError) -> str:
-    """An operator error as one line for a command's output: each field with its
-    messages (``Rejected``), or the field at fault and the message."""
-    errors = getattr(error, "errors", None)
-    if errors:
-        return "; ".join(f"{field}: {' '.join(messages)}" for field, messages in errors.items())
-    field = getattr(error, "field", None)
-    return f"{field}: {error}" if field else str(error)
-
-
-class ObjectNotFound(OperatorError):
-    """GitLab answers 404: ``field`` names the path parameter at fault."""
-
-    def __init__(self, field: str, message: str):
-        super().__init__(message)
-        self.field = field
-        self.message = message
-
-
-class Rejected(OperatorError):
-    """A 400: ``errors`` maps each field (``projects[3].namespace_id``) to its messages."""
-
-    def __init__(self, errors: dict[str, list[str]]):
-        super().__init__(next(iter(errors.items())))
-        self.errors = errors
+__all__ = ["ObjectNotFound", "OperatorError", "Rejected", "error_text"]
 
 
 # ----------------------------------------------------------------------------
@@ -118,18 +91,44 @@ def _namespace_by_full_path(full_path: str) -> Namespace | None:
 # ----------------------------------------------------------------------------
 
 
-def do_enqueue_project_index(project_id: int) -> str:
+def namespace_target(namespace: Namespace | int | str) -> Target:
+    """A namespace as the audit trail names it (its id and path, or the reference given)."""
+    if isinstance(namespace, Namespace):
+        return Target("namespace", namespace.id, namespace.path)
+    text = str(namespace)
+    return Target(
+        "namespace", int(text) if text.isdigit() else None, "" if text.isdigit() else text
+    )
+
+
+def do_enqueue_project_index(project_id: int, *, actor: Actor | None = None) -> str:
     """Queue an ``index_repo`` for the project after commit; returns the Celery job id."""
-    if not Project.objects.filter(pk=project_id).exists():
-        raise ObjectNotFound("project_id", f"Project {project_id} not found.")
-    job_id = celery_uuid()
-    hooks.index_project_on_commit(project_id, job_id)
+    with audited(actor, Action.PROJECT_INDEX_REQUESTED, Target("project", project_id)) as entry:
+        if not Project.objects.filter(pk=project_id).exists():
+            raise ObjectNotFound("project_id", f"Project {project_id} not found.")
+        job_id = celery_uuid()
+        hooks.index_project_on_commit(project_id, job_id)
+        entry.details["job_id"] = job_id
     return job_id
 
 
 def do_update_number_of_replicas_override(
-    namespace_ref: int | str, changes: dict
+    namespace_ref: int | str, changes: dict, *, actor: Actor | None = None
 ) -> EnabledNamespace:
+    """``_update_number_of_replicas_override``, recorded in the audit trail."""
+    with audited(actor, Action.NAMESPACE_UPDATED, namespace_target(namespace_ref)) as entry:
+        enabled, before = _update_number_of_replicas_override(namespace_ref, changes)
+        entry.target = namespace_target(enabled.root_namespace)
+        entry.details["changes"] = changed_values(
+            {"number_of_replicas_override": before},
+            {"number_of_replicas_override": enabled.number_of_replicas_override},
+        )
+    return enabled
+
+
+def _update_number_of_replicas_override(
+    namespace_ref: int | str, changes: dict
+) -> tuple[EnabledNamespace, int | None]:
     """Set or clear ``number_of_replicas_override`` on the root's enabled namespace.
 
     ``changes`` holds ``number_of_replicas_override`` (an int ≥ 1 or None) or
@@ -146,10 +145,11 @@ def do_update_number_of_replicas_override(
                 "id",
                 f"Zoekt::EnabledNamespace not found: root namespace {root_id} is not enabled.",
             )
+        before = enabled.number_of_replicas_override
         if "number_of_replicas_override" in changes:
             enabled.number_of_replicas_override = changes["number_of_replicas_override"]
             enabled.save(update_fields=["number_of_replicas_override"])
-    return enabled
+    return enabled, before
 
 
 @dataclasses.dataclass(frozen=True)
@@ -161,7 +161,35 @@ class EnableResult:
     index_created: bool = False
 
 
-def do_enable_namespace(node_id: int, namespace_id: int, search: bool | None) -> EnableResult:
+def do_enable_namespace(
+    node_id: int, namespace_id: int, search: bool | None, *, actor: Actor | None = None
+) -> EnableResult:
+    """``_enable_namespace``, recorded in the audit trail: ``namespace_enabled`` when it
+    enabled the namespace or an index of it, ``namespace_updated`` when it only set
+    ``search``, with what changed."""
+    with audited(
+        actor, Action.NAMESPACE_ENABLED, namespace_target(namespace_id), node_id=node_id
+    ) as entry:
+        before = (
+            EnabledNamespace.objects.filter(root_namespace_id=namespace_id)
+            .values_list("search", flat=True)
+            .first()
+        )
+        result = _enable_namespace(node_id, namespace_id, search)
+        entry.target = namespace_target(result.enabled_namespace.root_namespace)
+        if not (result.enabled_namespace_created or result.index_created):
+            entry.action = Action.NAMESPACE_UPDATED
+        entry.details.update(
+            enabled_namespace_id=result.enabled_namespace.id,
+            enabled_namespace_created=result.enabled_namespace_created,
+            index_id=result.index_id,
+            index_created=result.index_created,
+            changes=changed_values({"search": before}, {"search": result.enabled_namespace.search}),
+        )
+    return result
+
+
+def _enable_namespace(node_id: int, namespace_id: int, search: bool | None) -> EnableResult:
     """GitLab's ``PUT .../shards/:node_id/indexed_namespaces/:namespace_id``.
 
     Finds or creates the enabled namespace of a root namespace and sets
@@ -209,7 +237,17 @@ def do_enable_namespace(node_id: int, namespace_id: int, search: bool | None) ->
     return EnableResult(enabled, node.id, created, index.id, index_created)
 
 
-def do_disable_namespace(node_id: int, namespace_id: int) -> dict:
+def do_disable_namespace(node_id: int, namespace_id: int, *, actor: Actor | None = None) -> dict:
+    """``_disable_namespace``, recorded in the audit trail with what it removed."""
+    with audited(
+        actor, Action.NAMESPACE_DISABLED, namespace_target(namespace_id), node_id=node_id
+    ) as entry:
+        result = _disable_namespace(node_id, namespace_id)
+        entry.details.update(result)
+    return result
+
+
+def _disable_namespace(node_id: int, namespace_id: int) -> dict:
     """GitLab's ``DELETE .../shards/:node_id/indexed_namespaces/:namespace_id``.
 
     Removes the namespace's indices (on that node, or on every node when

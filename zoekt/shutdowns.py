@@ -39,6 +39,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 
 from zoekt import app_settings, clock, drains, restarts
+from zoekt.audit import Action, Actor, Target, audited
 from zoekt.logging import get_logger
 from zoekt.models import Node, NodeShutdown
 from zoekt.operator_actions import ObjectNotFound, OperatorError, Rejected
@@ -56,6 +57,8 @@ Type = NodeShutdown.Type
 
 class Conflict(OperatorError):
     """A 409: the request collides with the node's live record; nothing was written."""
+
+    code = "conflict"
 
     def __init__(self, field: str, message: str):
         super().__init__(message)
@@ -154,7 +157,47 @@ def _lock_nodes(*ids: int | None) -> dict[int, Node]:
     return {node.id: node for node in Node.objects.select_for_update().filter(pk__in=wanted)}
 
 
+def node_target(node_id: int, node: Node | None = None) -> Target:
+    """A node as the audit trail names it."""
+    return Target("node", node_id, node.name if node is not None else "")
+
+
 def do_request_node_shutdown(
+    node_id: int,
+    *,
+    type: str,
+    reason: str,
+    requested_by: str,
+    allowed_delay: int | None = None,
+    target_node_id: int | None = None,
+    now: datetime | None = None,
+    actor: Actor | None = None,
+) -> NodeShutdown:
+    """``_request_node_shutdown``, recorded in the audit trail (ok or refused)."""
+    with audited(
+        actor or Actor.internal(requested_by),
+        Action.NODE_SHUTDOWN_REQUESTED,
+        node_target(node_id),
+        type=type,
+        request_reason=reason,
+        allowed_delay=allowed_delay,
+        target_node_id=target_node_id,
+    ) as entry:
+        record = _request_node_shutdown(
+            node_id,
+            type=type,
+            reason=reason,
+            requested_by=requested_by,
+            allowed_delay=allowed_delay,
+            target_node_id=target_node_id,
+            now=now,
+        )
+        entry.target = node_target(node_id, record.node)
+        entry.details["shutdown_id"] = record.id
+    return record
+
+
+def _request_node_shutdown(
     node_id: int,
     *,
     type: str,
@@ -246,6 +289,23 @@ def _create(node, type_, reason, requested_by, now, delay, target_node_id) -> No
 
 
 def do_cancel_node_shutdown(
+    node_id: int, *, cancelled_by: str, now: datetime | None = None, actor: Actor | None = None
+) -> NodeShutdown:
+    """``_cancel_node_shutdown``, recorded in the audit trail (ok or refused)."""
+    with audited(
+        actor or Actor.internal(cancelled_by), Action.NODE_SHUTDOWN_CANCELLED, node_target(node_id)
+    ) as entry:
+        record = _cancel_node_shutdown(node_id, cancelled_by=cancelled_by, now=now)
+        entry.target = node_target(node_id, record.node)
+        entry.details.update(
+            shutdown_id=record.id,
+            type=record.type,
+            returned_to_service=record.status != Status.CANCELLED,
+        )
+    return record
+
+
+def _cancel_node_shutdown(
     node_id: int, *, cancelled_by: str, now: datetime | None = None
 ) -> NodeShutdown:
     """Cancel the node's live record, recording who did; a drain's moves are wound down

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from django import template
 
 from zoekt.admin import human_bytes
@@ -104,3 +106,11 @@ def minus(value: int | float | None, other: int | float | None):
     if value is None or other is None:
         return None
     return value - other
+
+
+@register.filter
+def audit_details(value: dict | None) -> str:
+    """An audit event's details as compact sorted JSON (``-`` when empty)."""
+    if not value:
+        return "-"
+    return json.dumps(value, sort_keys=True, default=str, separators=(", ", ": "))

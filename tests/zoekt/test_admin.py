@@ -29,6 +29,7 @@ from zoekt import app_settings
 from zoekt.admin import human_bytes
 from zoekt.models import (
     ApplicationSetting,
+    AuditEvent,
     EnabledNamespace,
     ForkNetworkMember,
     HandledTaskFailure,
@@ -125,12 +126,15 @@ def fleet(now):
         allowed_delay_seconds=1800,
     )
     app_settings.load_row()
+    AuditEvent.objects.create(
+        author_name="ops", via="admin", event_name="node_deleted", outcome="ok"
+    )
     return repo
 
 
 def test_every_zoekt_model_is_registered():
     assert set(ZOEKT_MODELS) <= set(admin.site._registry)
-    assert len(ZOEKT_MODELS) == 16
+    assert len(ZOEKT_MODELS) == 17
 
 
 def test_site_titles(admin_client):

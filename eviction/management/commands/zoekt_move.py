@@ -32,6 +32,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from eviction import manual, moves, resplit
 from zoekt import shutdowns
+from zoekt.audit import Actor
 from zoekt.models import Node
 from zoekt.operator_actions import OperatorError, error_text
 from zoekt.units import binary_size, project_namespace_range
@@ -95,7 +96,7 @@ class Command(BaseCommand):
             if options["dry_run"]:
                 plan = resplit.plan_resplit(root, index_id=options["index"])
             else:
-                plan = moves.start_resplit(root, index_id=options["index"])
+                plan = moves.start_resplit(root, index_id=options["index"], actor=Actor.command())
         except resplit.ResplitError as error:
             raise CommandError(f"namespace {root}: {error}") from error
         if options["json"]:
@@ -117,6 +118,7 @@ class Command(BaseCommand):
                 node.id,
                 requested_by=options["by"] or _operator(),
                 reason=options["reason"],
+                actor=Actor.command(options["by"]),
             )
         except OperatorError as error:
             raise CommandError(error_text(error)) from error

@@ -36,6 +36,7 @@ from simulator.democatalog import (  # noqa: F401 (re-exported for the demo's ca
     namespaces_root,
 )
 from zoekt import app_settings, catalog, operator_actions
+from zoekt.audit import Actor
 from zoekt.models import EnabledNamespace
 
 
@@ -101,8 +102,9 @@ class Command(BaseCommand):
         )
 
         before = EnabledNamespace.objects.filter(root_namespace_id__in=roots).count()
+        actor = Actor.command()
         for root in roots:
-            operator_actions.do_enable_namespace(0, root, search=True)
+            operator_actions.do_enable_namespace(0, root, search=True, actor=actor)
         self.stdout.write(
             f"enabled namespaces: {len(roots)} root groups "
             f"({len(roots) - before} newly enabled, {before} already)"

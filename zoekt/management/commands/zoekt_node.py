@@ -31,6 +31,7 @@ import json
 from django.core.management.base import BaseCommand, CommandError
 
 from zoekt import node_deletion, shutdowns
+from zoekt.audit import Actor
 from zoekt.operator_actions import OperatorError, error_text
 from zoekt.units import binary_size, project_namespace_range
 
@@ -84,8 +85,9 @@ class Command(BaseCommand):
         try:
             node = shutdowns.find_node(options["node"])
             by = options.get("by") or _operator()
+            actor = Actor.command(options.get("by"))
             if action == "delete":
-                self._delete(node, by, options["force"])
+                self._delete(node, by, options["force"], actor)
                 return
             if action in ("restart", "remove", "replace"):
                 record = shutdowns.do_request_node_shutdown(
@@ -99,9 +101,10 @@ class Command(BaseCommand):
                         if action == "replace"
                         else None
                     ),
+                    actor=actor,
                 )
             elif action == "cancel":
-                record = shutdowns.do_cancel_node_shutdown(node.id, cancelled_by=by)
+                record = shutdowns.do_cancel_node_shutdown(node.id, cancelled_by=by, actor=actor)
             else:
                 record = shutdowns.current_record(node.id)
                 if record is None:
@@ -114,9 +117,9 @@ class Command(BaseCommand):
             return
         self.stdout.write(_text(described))
 
-    def _delete(self, node, by: str, force: bool) -> None:
+    def _delete(self, node, by: str, force: bool, actor: Actor) -> None:
         try:
-            result = node_deletion.do_delete_node(node.id, deleted_by=by, force=force)
+            result = node_deletion.do_delete_node(node.id, deleted_by=by, force=force, actor=actor)
         except node_deletion.HoldsLastCopy as error:
             lines = [str(error), *(f"  {_range(item)}" for item in error.ranges[:20])]
             if len(error.ranges) > 20:
