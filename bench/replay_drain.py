@@ -69,6 +69,7 @@ from bench.replays import (
     ROOT,
     clock_text,
     finish,
+    held_progress,
     reset_database,
     run_all,
     setup_django,
@@ -210,7 +211,7 @@ def request_shutdown(replay, option: dict, progress):
 
 def run_once(label: str, option: dict, args) -> tuple[object, dict]:
     from simulator.models import zipf_hotness
-    from simulator.replay import catalog_rows, fleet_state
+    from simulator.replay import catalog_rows
     from zoekt import app_settings
     from zoekt.models import NodeShutdown
 
@@ -235,19 +236,7 @@ def run_once(label: str, option: dict, args) -> tuple[object, dict]:
         replay.enable(list(roots), label="namespaces enabled")
         replay.watch(watch)
 
-        def progress(r) -> None:
-            if not args.quiet and int(r.t) % 1800 == 0:
-                state = fleet_state()
-                print(
-                    f"  [{label[:20]}] {clock_text(r.t):>13}  short "
-                    f"{state['namespaces_short']}/{state['namespaces']}  held "
-                    + " ".join(
-                        f"{n[-1]}:{node.fake.indexed_bytes() / GIB:.0f}"
-                        for n, node in r.nodes.items()
-                    )
-                    + f"  wall {time.perf_counter() - started:.0f}s",
-                    file=sys.stderr,
-                )
+        progress = held_progress(label, started, quiet=args.quiet, digits=0)
 
         ready = replay.run(6 * 3600, until=lambda r: r.converged(), progress=progress)
         ready_at = replay.t

@@ -62,6 +62,7 @@ from bench.replays import (
     ROOT,
     clock_text,
     finish,
+    held_progress,
     reset_database,
     run_all,
     setup_django,
@@ -187,7 +188,7 @@ def move_figures(since) -> dict:
 
 def run_once(label: str, option: dict, args) -> tuple[object, dict]:
     from simulator.models import zipf_hotness
-    from simulator.replay import Replay, catalog_rows, fleet_state
+    from simulator.replay import Replay, catalog_rows
     from zoekt import clock
     from zoekt.models import Move
 
@@ -232,19 +233,7 @@ def run_once(label: str, option: dict, args) -> tuple[object, dict]:
         replay.enable(list(roots), label="namespaces enabled")
         replay.watch(watch)
 
-        def progress(r) -> None:
-            if not args.quiet and int(r.t) % 1800 == 0:
-                state = fleet_state()
-                print(
-                    f"  [{label[:12]}] {clock_text(r.t):>13}  short "
-                    f"{state['namespaces_short']}/{state['namespaces']}  held "
-                    + " ".join(
-                        f"{n[-1]}:{node.fake.indexed_bytes() / GIB:.1f}"
-                        for n, node in r.nodes.items()
-                    )
-                    + f"  wall {time.perf_counter() - started:.0f}s",
-                    file=sys.stderr,
-                )
+        progress = held_progress(label, started, quiet=args.quiet, digits=1)
 
         ready = replay.run(8 * 3600, until=lambda r: r.converged(), progress=progress)
         replay.run(args.calm_minutes * 60, progress=progress)

@@ -185,6 +185,30 @@ def traffic_replay(args, index_sizes: dict[int, int], traffic, *, node_concurren
     )
 
 
+def held_progress(label: str, started: float, *, quiet: bool, digits: int = 0):
+    """A replay's ``progress`` callback: every simulated half hour, the namespaces short of
+    their replicas and the GiB of index each node holds, on stderr (nothing if ``quiet``)."""
+    import time
+
+    from simulator.replay import fleet_state
+
+    def progress(r) -> None:
+        if quiet or int(r.t) % 1800:
+            return
+        state = fleet_state()
+        held = " ".join(
+            f"{n[-1]}:{node.fake.indexed_bytes() / GIB:.{digits}f}" for n, node in r.nodes.items()
+        )
+        print(
+            f"  [{label[:20]}] {clock_text(r.t):>13}  short "
+            f"{state['namespaces_short']}/{state['namespaces']}  held {held}  "
+            f"wall {time.perf_counter() - started:.0f}s",
+            file=sys.stderr,
+        )
+
+    return progress
+
+
 def run_all(specs, run_once) -> tuple[list, list]:
     """Call ``run_once(label, option)`` for each spec; returns the (label, replay)s, the results."""
     runs, results = [], []
