@@ -226,6 +226,10 @@ class FakeNodeConfig:
     # first ``step()`` at or after its end.
     indexing_bytes_per_second: float | None = None
     delete_task_seconds: float = 1.0
+    # A build writes its new shards before the old ones go: while an index task runs, the
+    # disk holds this many bytes per byte of its index beside what the node holds, freed
+    # when it finishes (the shape of the 2026-10-20 incident). 0 leaves builds weightless.
+    temporary_space_factor: float = 1.0
     # Seconds for the task timing above; None: the disk model's clock, else time.monotonic.
     clock: Callable[[], float] | None = None
     # Where requests go: None is HTTP to ``base_url``. A replay passes an object with
@@ -457,6 +461,8 @@ class FakeNode:
         self._queue: collections.deque[Job] = collections.deque()
         self._timed_running: list[tuple[float, int, Job]] = []
         self._free_slots: list[float] = [float("-inf")] * config.concurrency
+        # Task id → temporary bytes of the index builds running now.
+        self._building: dict[int, int] = {}
         self._repo_ended_at: dict[int, float] = {}
         self._job_order = 0
         self._running_count = 0
@@ -645,7 +651,18 @@ class FakeNode:
         model = self.config.disk_model
         held = model.used_bytes() if model is not None else self.indexed_bytes()
         used = self.config.disk_base_used_bytes + self.extra_used_bytes + held
-        return min(used, self.config.disk_total_bytes)
+        return min(used + self.temporary_bytes(), self.config.disk_total_bytes)
+
+    def temporary_bytes(self) -> int:
+        """The temporary space of the builds running now."""
+        with self._lock:
+            return sum(self._building.values())
+
+    def _build_started(self, job: Job) -> None:
+        """Count a starting index build's temporary bytes; call under ``_lock``."""
+        if job.name == "index" and not job.payload.get("MissingRepo"):
+            size = int(self.config.index_size(job.repo_id))
+            self._building[job.task_id] = int(size * self.config.temporary_space_factor)
 
     def uptime_seconds(self) -> int:
         """Whole seconds since the node started (GitLab's ``process_metrics`` are integers)."""
@@ -845,6 +862,7 @@ class FakeNode:
         """Run one accepted task: wait its delay, apply it, call back. None if stopped first."""
         with self._lock:
             self._running_count += 1
+            self._build_started(job)
         try:
             while job.after is not None and not job.after.wait(0.05):
                 if self._stop.is_set():
@@ -856,6 +874,7 @@ class FakeNode:
         finally:
             with self._lock:
                 self._running_count -= 1
+                self._building.pop(job.task_id, None)
         return self._deliver(job, body)
 
     def _abandon(self, job: Job) -> None:
@@ -1028,6 +1047,8 @@ class FakeNode:
             heapq.heappush(self._free_slots, ends_at)
             self._running_count = len(self._timed_running)
             body = self._apply(job)
+            with self._lock:
+                self._building.pop(job.task_id, None)
             self._repo_ended_at[job.repo_id] = ends_at
             callbacks.append(self._deliver(job, body))
         return callbacks
@@ -1047,6 +1068,7 @@ class FakeNode:
                     start = max(start, self._repo_ended_at.get(job.repo_id, start))
                 job.started_at = min(start, now)
                 job.ends_at = job.started_at + self.task_seconds(job)
+                self._build_started(job)
                 self._job_order += 1
                 heapq.heappush(self._timed_running, (job.ends_at, self._job_order, job))
                 self._running_count = len(self._timed_running)
@@ -1103,6 +1125,7 @@ class FakeNode:
                 self._abandon(job)
             self._queue.clear()
             self._timed_running.clear()
+            self._building.clear()
             self._free_slots = [float("-inf")] * self.config.concurrency
             self._running_count = 0
         self.save_holdings(force=True)

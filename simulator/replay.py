@@ -34,7 +34,10 @@ it before the next tick, and the replay's times are the control plane's own
 ``indexing_bytes_per_second`` each node indexes at that rate per task,
 ``node_concurrency`` tasks at a time with the rest queued (a delete takes
 ``delete_task_seconds``), on the replay's clock, so the time a namespace
-waits for its index is measured too.
+waits for its index is measured too. With ``temporary_space_factor`` a
+running build also takes that share of its index's bytes on its node's disk
+until it finishes (the fake node's model of a rebuild's temporary space); the
+replays that predate admission control run without it, as recorded.
 
 The rollout re-enqueues itself while a batch came back full (GitLab's
 ``RolloutWorker``); the replay runs those re-enqueued runs one after another
@@ -192,6 +195,7 @@ class Replay:
         node_concurrency: int = 50,
         indexing_bytes_per_second: float | None = None,
         delete_task_seconds: float = 1.0,
+        temporary_space_factor: float = 0.0,
         start: datetime = START,
         seed: int = 0,
         state_dir: str | Path | None = None,
@@ -210,6 +214,7 @@ class Replay:
         self.node_concurrency = node_concurrency
         self.indexing_bytes_per_second = indexing_bytes_per_second
         self.delete_task_seconds = delete_task_seconds
+        self.temporary_space_factor = temporary_space_factor
         self.start = start
         self.seed = seed
         self._state_dir = state_dir
@@ -375,6 +380,7 @@ class Replay:
                 concurrency=self.node_concurrency,
                 indexing_bytes_per_second=self.indexing_bytes_per_second,
                 delete_task_seconds=self.delete_task_seconds,
+                temporary_space_factor=self.temporary_space_factor,
                 clock=lambda: self.t,
                 seed=self.seed + len(self.nodes),
                 index_size=self.index_size,

@@ -23,7 +23,7 @@ from django.db import connection, transaction
 from django.db.models import DateTimeField, Exists, F, OuterRef, Q, Value
 from django.db.models.functions import Greatest
 
-from zoekt import app_settings, capacity, clock, hooks, locks, restarts, transitions
+from zoekt import admission, app_settings, capacity, clock, hooks, locks, restarts, transitions
 from zoekt.logging import get_logger
 from zoekt.models import HandledTaskFailure, Index, Move, Node, Replica, Repository, Task
 
@@ -212,7 +212,23 @@ def do_heartbeat(node_uuid: uuid.UUID, data: dict) -> HeartbeatReply:
                 node_id=result.node_id,
                 storage_percent_used=round(percent, 4),
             )
-        handed = protocol.hand_out_tasks(result.node_id, limit, only_delete=critical)
+        if settings_now.indexing_admission == admission.MODE_GITLAB:
+            handed = protocol.hand_out_tasks(result.node_id, limit, only_delete=critical)
+        else:
+            low, high, _critical = capacity.watermark_limits(development)
+            room = admission.NodeRoom(
+                slots=limit,
+                total_bytes=data["disk.all"],
+                used_bytes=data["disk.used"],
+                low_watermark=low,
+                high_watermark=high,
+            )
+            handed, _decided = protocol.hand_out_admitted(
+                result.node_id,
+                room,
+                only_delete=critical,
+                temporary_space_factor=settings_now.indexing_temporary_space_factor,
+            )
         backlog = handed.backlog
         tasks = protocol.serialize_tasks(
             handed.tasks, node_schema_version=result.schema_version, zoekt_settings=settings_now

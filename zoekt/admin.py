@@ -1127,6 +1127,8 @@ SETTINGS_FIELDSETS = (
                 "zoekt_indexing_timeout",
                 "zoekt_force_reindexing_percentage",
                 "zoekt_initial_indexing_limit",
+                "zoekt_indexing_admission",
+                "zoekt_indexing_temporary_space_factor",
             )
         },
     ),

@@ -119,6 +119,9 @@ class ZoektSettings:
     placement_strategy: str = "balanced"
     # Node maintenance (docs/operations.md): a restart's allowed delay unless it gives one.
     node_restart_delay_seconds: int = 1800
+    # Admission control of indexing work (docs/scheduling.md): "admission" or GitLab's "gitlab".
+    indexing_admission: str = "admission"
+    indexing_temporary_space_factor: float = 1.0
 
     @property
     def indexing_gate(self) -> Reason | None:
@@ -190,6 +193,8 @@ def from_row(row) -> ZoektSettings:
         node_memory_budget_bytes=row.zoekt_node_memory_budget_bytes,
         memory_auto_calibration=row.zoekt_memory_auto_calibration,
         placement_strategy=row.zoekt_placement_strategy,
+        indexing_admission=row.zoekt_indexing_admission,
+        indexing_temporary_space_factor=row.zoekt_indexing_temporary_space_factor,
         node_restart_delay_seconds=row.zoekt_node_restart_delay_seconds,
     )
 
@@ -324,6 +329,9 @@ def validate_setting_values(row) -> None:
     margin = row.zoekt_rebalance_margin
     if isinstance(margin, int | float) and not (math.isfinite(margin) and 0 <= margin < 1):
         errors["zoekt_rebalance_margin"] = "must be at least 0 and below 1"
+    factor = row.zoekt_indexing_temporary_space_factor
+    if isinstance(factor, int | float) and not (math.isfinite(factor) and factor >= 0):
+        errors["zoekt_indexing_temporary_space_factor"] = "must be a finite number of at least 0"
     percentage = row.zoekt_force_reindexing_percentage
     if isinstance(percentage, int | float) and not 0 <= percentage <= 100:
         errors["zoekt_force_reindexing_percentage"] = "must be between 0 and 100"

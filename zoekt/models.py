@@ -1400,6 +1400,28 @@ class ApplicationSetting(ClockStampedModel):
         "Balanced (the product's default) spreads the fleet; first fit is GitLab's choice, "
         "which piles a small fleet onto one node.",
     )
+    # Admission control of indexing work (docs/scheduling.md). Not GitLab settings.
+    zoekt_indexing_admission = models.CharField(
+        "Indexing admission",
+        max_length=16,
+        default="admission",
+        choices=[
+            ("admission", "Admission control: by slots, disk headroom, priority, fairly"),
+            ("gitlab", "GitLab's: oldest tasks first, one pending index per node a minute"),
+        ],
+        help_text="How indexing work is handed to the nodes. Admission control (the product's "
+        "default) fills each node's free task slots in priority order, round robin between "
+        "namespaces, while the temporary space of its builds keeps it under the low watermark, "
+        "and starts pending indices as fast as the nodes' queues drain. GitLab's hands out the "
+        "oldest tasks and starts the initial indexing limit of pending indices per node a minute.",
+    )
+    zoekt_indexing_temporary_space_factor = models.FloatField(
+        "Temporary space of a build, per byte of index",
+        default=1.0,
+        help_text="A build writes its new shards before the old ones go: while it runs it takes "
+        "this many bytes per byte of the repository's index on its node's disk. Admission "
+        "control keeps the node under the low watermark with them. At least 0.",
+    )
     zoekt_node_restart_delay_seconds = models.IntegerField(
         "Default allowed delay of a node restart (seconds)",
         default=1800,
@@ -1465,6 +1487,14 @@ class ApplicationSetting(ClockStampedModel):
             models.CheckConstraint(
                 condition=Q(zoekt_rebalance_margin__gte=0) & Q(zoekt_rebalance_margin__lt=1),
                 name="check_zoekt_rebalance_margin_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(zoekt_indexing_temporary_space_factor__gte=0),
+                name="check_zoekt_indexing_temporary_space_factor",
+            ),
+            models.CheckConstraint(
+                condition=Q(zoekt_indexing_admission__in=["admission", "gitlab"]),
+                name="check_zoekt_indexing_admission",
             ),
             models.CheckConstraint(
                 condition=Q(zoekt_rebalance_max_moves__gt=0),

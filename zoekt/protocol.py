@@ -15,7 +15,7 @@ from datetime import datetime
 from django.conf import settings
 from django.db import connection
 
-from zoekt import capacity, clock
+from zoekt import admission, capacity, clock
 from zoekt.app_settings import ZoektSettings
 from zoekt.models import ForkNetworkMember, Namespace, Project, Repository, Task
 
@@ -141,7 +141,13 @@ def hand_out_tasks(
                 break
         if len(page) < PAGE_SIZE:
             break
-    # Each update stands alone and is safe to repeat, so no transaction is needed.
+    return _claim(chosen, orphaned, skipped, backlog or 0, now)
+
+
+def _claim(
+    chosen: list[Task], orphaned: list[int], skipped: list[int], backlog: int, now: datetime
+) -> HandOut:
+    """Mark the invalid tasks and claim the chosen ones; each update is safe to repeat."""
     live = (Task.State.PENDING, Task.State.PROCESSING)
     if orphaned:
         Task.objects.filter(id__in=orphaned, state__in=live).update(
@@ -158,8 +164,121 @@ def hand_out_tasks(
         for task in chosen:
             task.state = Task.State.PROCESSING
         # Tasks just claimed left the pending backlog.
-        backlog = max(0, (backlog or 0) - claimed)
-    return HandOut(chosen, len(orphaned), len(skipped), backlog or 0)
+        backlog = max(0, backlog - claimed)
+    return HandOut(chosen, len(orphaned), len(skipped), backlog)
+
+
+# --- admission control (zoekt.admission, docs/scheduling.md) ---------------------------------
+
+_ADMISSION_SQL = """
+SELECT t.id, t.zoekt_repository_id, t.project_identifier, t.task_type, t.state, t.perform_at,
+       t.repository_state, t.project_id, t.index_bytes, t.priority, t.namespace_id, b.backlog
+FROM (
+    SELECT count(*) AS backlog FROM (
+        SELECT 1 FROM zoekt_tasks WHERE zoekt_node_id = %(node_id)s AND state = 0
+        LIMIT %(backlog_cap)s
+    ) pending
+) b
+LEFT JOIN LATERAL (
+    SELECT ranked.*, row_number() OVER (
+        PARTITION BY priority, namespace_id ORDER BY perform_at, id
+    ) AS turn
+    FROM (
+        SELECT t.id, t.zoekt_repository_id, t.project_identifier, t.task_type, t.state,
+               t.perform_at, r.state AS repository_state, r.project_id,
+               COALESCE(NULLIF(r.size_bytes, 0), s.repository_size, 0) AS index_bytes,
+               CASE
+                   WHEN t.task_type = 50 THEN 0
+                   WHEN r.zoekt_index_id IN (
+                       SELECT replacement_index_id FROM zoekt_moves
+                       WHERE state IN ('planned', 'building', 'ready_to_swap', 'swapping')
+                         AND replacement_index_id IS NOT NULL
+                   ) THEN 1
+                   WHEN r.indexed_at IS NOT NULL AND i.state <> 10 THEN 2
+                   WHEN r.indexed_at IS NULL THEN 3
+                   ELSE 4
+               END AS priority,
+               COALESCE(i.namespace_id, 0) AS namespace_id
+        FROM zoekt_tasks t
+        LEFT JOIN zoekt_repositories r ON r.id = t.zoekt_repository_id
+        LEFT JOIN zoekt_indices i ON i.id = r.zoekt_index_id
+        LEFT JOIN project_statistics s ON s.project_id = r.project_id
+        WHERE t.zoekt_node_id = %(node_id)s AND t.state IN (0, 1) AND t.perform_at <= %(now)s
+          AND (NOT %(only_delete)s OR t.task_type = 50)
+    ) ranked
+    ORDER BY state <> 1, priority, turn, perform_at, id
+    LIMIT %(window)s
+) t ON true
+"""
+
+
+def hand_out_admitted(
+    node_id: int,
+    room: admission.NodeRoom,
+    *,
+    only_delete: bool,
+    temporary_space_factor: float,
+    now: datetime | None = None,
+) -> tuple[HandOut, admission.Admission]:
+    """Claim the node's tasks by admission control (``zoekt.admission``) in one query.
+
+    The database ranks a window of the node's work (in flight first, then by priority,
+    round robin between namespaces); ``admission.admit`` decides within the node's slots
+    and disk headroom. Invalid tasks are marked as in ``hand_out_tasks``.
+    """
+    now = now or clock.now()
+    params = {
+        "node_id": node_id,
+        "now": now,
+        "only_delete": only_delete,
+        "window": 2 * room.slots + PAGE_SIZE,
+        "backlog_cap": 2 * room.slots,
+    }
+    with connection.cursor() as db:
+        db.execute(_ADMISSION_SQL, params)
+        rows = db.fetchall()
+    tasks: dict[int, Task] = {}
+    candidates: list[admission.Candidate] = []
+    orphaned: list[int] = []
+    skipped: list[int] = []
+    for row in rows:
+        if row[0] is None:
+            continue
+        (task_id, repository_id, project_identifier, task_type, state, perform_at) = row[:6]
+        repository_state, project_id, index_bytes, priority, namespace_id = row[6:11]
+        deleting = task_type == Task.TaskType.DELETE_REPO
+        if not deleting:
+            if repository_state is None or project_id is None:
+                orphaned.append(task_id)
+                continue
+            if repository_state not in Repository.INDEXABLE_STATES:
+                skipped.append(task_id)
+                continue
+        tasks[task_id] = Task(
+            id=task_id,
+            zoekt_node_id=node_id,
+            zoekt_repository_id=repository_id,
+            project_identifier=project_identifier,
+            task_type=task_type,
+            state=state,
+            perform_at=perform_at,
+        )
+        candidates.append(
+            admission.Candidate(
+                task_id=task_id,
+                priority=admission.Priority(priority),
+                namespace_id=namespace_id,
+                project_id=project_identifier,
+                temporary_bytes=0
+                if deleting
+                else admission.temporary_bytes(index_bytes, temporary_space_factor),
+                in_flight=state == Task.State.PROCESSING,
+            )
+        )
+    decided = admission.admit(candidates, room)
+    chosen = [tasks[task_id] for task_id in decided.admitted]
+    backlog = rows[0][11] if rows else 0
+    return _claim(chosen, orphaned, skipped, backlog, now), decided
 
 
 def task_pull_frequency(backlog: int, limit: int) -> str:

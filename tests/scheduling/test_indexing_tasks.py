@@ -37,11 +37,17 @@ def snapshot() -> dict:
     }
 
 
-# --- initial_indexing: the scheduled task ------------------------------------------------------
+# --- initial_indexing: the scheduled task, GitLab's rule ---------------------------------------
+
+
+@pytest.fixture
+def gitlab_admission():
+    """GitLab's initial indexing: ``zoekt_initial_indexing_limit`` indices per node a run."""
+    set_setting(zoekt_indexing_admission="gitlab")
 
 
 def test_initial_indexing_dispatches_the_oldest_pending_index_of_each_online_node(
-    service, dispatched
+    gitlab_admission, service, dispatched
 ):
     a, b = NodeFactory(), NodeFactory()
     oldest_a = IndexFactory(zoekt_node=a)
@@ -55,7 +61,9 @@ def test_initial_indexing_dispatches_the_oldest_pending_index_of_each_online_nod
     assert result["nodes_with_pending_indices"] == 2
 
 
-def test_initial_indexing_starts_one_index_per_node_by_default(service, dispatched):
+def test_initial_indexing_starts_one_index_per_node_by_default(
+    gitlab_admission, service, dispatched
+):
     assert app_settings.current().initial_indexing_limit == 1
     node = NodeFactory()
     oldest, _, _ = (IndexFactory(zoekt_node=node) for _ in range(3))
@@ -67,7 +75,7 @@ def test_initial_indexing_starts_one_index_per_node_by_default(service, dispatch
 
 
 def test_initial_indexing_starts_the_limits_oldest_pending_indices_of_each_online_node(
-    service, dispatched, now
+    gitlab_admission, service, dispatched, now
 ):
     set_setting(zoekt_initial_indexing_limit=3)
     a, b, c = NodeFactory(), NodeFactory(), NodeFactory()
@@ -89,7 +97,9 @@ def test_initial_indexing_starts_the_limits_oldest_pending_indices_of_each_onlin
     assert Index.objects.filter(state=I.PENDING).count() == 8  # the task only dispatches
 
 
-def test_a_raised_limit_takes_the_oldest_pending_indices_first(service, dispatched):
+def test_a_raised_limit_takes_the_oldest_pending_indices_first(
+    gitlab_admission, service, dispatched
+):
     set_setting(zoekt_initial_indexing_limit=2)
     node = NodeFactory()
     indices = [IndexFactory(zoekt_node=node) for _ in range(4)]
@@ -103,7 +113,11 @@ def test_a_raised_limit_takes_the_oldest_pending_indices_first(service, dispatch
     ]
 
 
-def test_initial_indexing_skips_offline_nodes_and_nodes_not_for_search(service, dispatched, now):
+@pytest.mark.parametrize("mode", ["admission", "gitlab"])
+def test_initial_indexing_skips_offline_nodes_and_nodes_not_for_search(
+    service, dispatched, now, mode
+):
+    set_setting(zoekt_indexing_admission=mode)
     offline = NodeFactory(last_seen_at=now - timedelta(seconds=30))
     not_for_search = NodeFactory(services=[7])
     IndexFactory(zoekt_node=offline)

@@ -67,6 +67,10 @@ GITLAB_DEFAULTS = {
     "memory_auto_calibration": False,
     # Not GitLab's: a restarting node is left alone for 30 minutes (docs/operations.md).
     "node_restart_delay_seconds": 1800,
+    # Not GitLab's: indexing work is admitted by slots and disk headroom; "gitlab" is
+    # GitLab's hand-out and one pending index per node a minute (docs/scheduling.md).
+    "indexing_admission": "admission",
+    "indexing_temporary_space_factor": 1.0,
 }
 
 

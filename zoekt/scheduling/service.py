@@ -32,10 +32,10 @@ from typing import Any
 
 from django.core.cache import cache
 from django.db import connection
-from django.db.models import Exists, F, OuterRef, Window
+from django.db.models import Count, Exists, F, OuterRef, Window
 from django.db.models.functions import RowNumber
 
-from zoekt import actions, app_settings, clock
+from zoekt import actions, admission, app_settings, capacity, clock
 from zoekt.logging import get_logger
 from zoekt.models import Index, Move, Namespace, Node, Repository
 from zoekt.reasons import Reason
@@ -205,6 +205,8 @@ class SchedulingService:
         As many per node as ``zoekt_initial_indexing_limit`` (GitLab's default, 1),
         a live move's replacement first, then oldest (lowest id) first, node by node.
         """
+        if self.settings.indexing_admission != admission.MODE_GITLAB:
+            return self._initial_indexing_admitted()
         limit = self.settings.initial_indexing_limit
         online = Node.objects.for_search().online(self.now)
         # A move's replacement goes ahead of the queue: the copy it replaces is on a
@@ -229,6 +231,68 @@ class SchedulingService:
         return {
             "initial_indexing_limit": limit,
             "nodes_with_pending_indices": len({node_id for node_id, _ in rows}),
+            "dispatched": ["initialize_index"] * len(index_ids),
+            "index_ids": index_ids,
+        }
+
+    def _initial_indexing_admitted(self) -> Result:
+        """Admission control's initial indexing (``zoekt.admission.start_pending_indices``).
+
+        Each online search node starts its pending indices, a live move's replacement
+        first, then the oldest, while its queue of repositories not yet built stays
+        under ``QUEUE_PER_SLOT`` times its task slots: as fast as the node drains its
+        queue, not one a minute. An index's repositories are estimated by its
+        namespace's projects. The disk is paced at hand-out, build by build.
+        """
+        nodes = list(Node.objects.for_search().online(self.now).values_list("id", "metadata"))
+        ratio = self.settings.cpu_to_tasks_ratio
+        slots = {
+            node_id: capacity.concurrency_limit(
+                (metadata or {}).get("concurrency"),
+                (metadata or {}).get("concurrency_override"),
+                ratio,
+            )
+            for node_id, metadata in nodes
+        }
+        moving = Exists(Move.objects.live().filter(replacement_index=OuterRef("pk")))
+        pending = list(
+            Index.objects.filter(state=Index.State.PENDING, zoekt_node_id__in=slots)
+            .annotate(moving=moving)
+            .values_list("id", "zoekt_node_id", "namespace_id", "moving")
+        )
+        if not pending:
+            return {"mode": admission.MODE_ADMISSION, "dispatched": [], "index_ids": []}
+        queued = dict(
+            Repository.objects.filter(
+                zoekt_index__zoekt_node_id__in={row[1] for row in pending},
+                state__in=(Repository.State.PENDING, Repository.State.INITIALIZING),
+            )
+            .values_list("zoekt_index__zoekt_node_id")
+            .annotate(count=Count("id"))
+            .values_list("zoekt_index__zoekt_node_id", "count")
+        )
+        projects = dict(
+            Namespace.objects.filter(
+                type="Project", traversal_ids__0__in={row[2] for row in pending}
+            )
+            .values_list("traversal_ids__0")
+            .annotate(count=Count("id"))
+            .values_list("traversal_ids__0", "count")
+        )
+        index_ids = admission.start_pending_indices(
+            (
+                admission.PendingIndex(index_id, node_id, projects.get(namespace_id, 0), moving)
+                for index_id, node_id, namespace_id, moving in pending
+            ),
+            queued,
+            slots,
+        )
+        for index_id in index_ids:
+            self._dispatch_event("initialize_index", index_id)
+        return {
+            "mode": admission.MODE_ADMISSION,
+            "nodes_with_pending_indices": len({row[1] for row in pending}),
+            "pending_indices": len(pending),
             "dispatched": ["initialize_index"] * len(index_ids),
             "index_ids": index_ids,
         }

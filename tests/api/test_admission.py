@@ -1,0 +1,204 @@
+"""Admission control on the heartbeat (zoekt.admission, docs/scheduling.md).
+
+Each rule through the real heartbeat: slots never over-filled, the disk headroom never
+crossed with temporary data, the priority order, fairness between namespaces, and
+GitLab's hand-out kept as the ``gitlab`` mode.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from tests.api.helpers import GIB, heartbeat_body, make_index_task, set_app_setting
+from tests.factories import IndexFactory, ProjectFactory
+from zoekt import clock
+from zoekt.models import Index, Move, Repository, Task
+
+pytestmark = pytest.mark.django_db
+
+
+def beat(node_api, node, *, used_gib: float = 10, concurrency: int | None = None) -> list[int]:
+    extra = {"disk.all": 100 * GIB, "disk.used": int(used_gib * GIB)}
+    if concurrency is not None:
+        extra["node.concurrency"] = concurrency
+    response = node_api.heartbeat(node.uuid, heartbeat_body(extra))
+    assert response.status_code == 200, response.content
+    return [task["payload"]["Callback"]["payload"]["task_id"] for task in response.json()["tasks"]]
+
+
+def sized_task(index: Index, gib: float, **kwargs) -> Task:
+    return make_index_task(index, repository_size=int(gib * GIB), **kwargs)
+
+
+def finish(*tasks: Task) -> None:
+    Task.objects.filter(id__in=[t.id for t in tasks]).update(state=Task.State.DONE)
+
+
+# --- slots ------------------------------------------------------------------------------------
+
+
+def test_in_flight_tasks_hold_their_slots(node_api, node, index):
+    tasks = [sized_task(index, 0.01) for _ in range(7)]
+
+    first = beat(node_api, node)
+    assert first == [t.id for t in tasks[:4]]
+    # Still in flight: offered again, and nothing new while the four slots are taken.
+    assert beat(node_api, node) == first
+    finish(tasks[0], tasks[1])
+    assert beat(node_api, node) == [t.id for t in tasks[2:6]]
+
+
+def test_a_node_reporting_more_concurrency_gets_more_slots(node_api, node, index):
+    tasks = [sized_task(index, 0.01) for _ in range(10)]
+
+    assert beat(node_api, node, concurrency=8) == [t.id for t in tasks[:8]]
+
+
+# --- disk headroom ----------------------------------------------------------------------------
+
+
+def test_builds_fill_the_headroom_to_the_low_watermark_and_no_further(node_api, node, index):
+    # 100 GiB at 50 %: 10 GiB to the low watermark (60 %); each build takes 4 GiB beside it.
+    tasks = [sized_task(index, 4) for _ in range(4)]
+
+    assert beat(node_api, node, used_gib=50) == [tasks[0].id, tasks[1].id]
+    finish(tasks[0])
+    # The finished build's temporary bytes are gone; the node reports what it holds now.
+    assert beat(node_api, node, used_gib=51) == [tasks[1].id, tasks[2].id]
+
+
+def test_the_temporary_space_factor_scales_what_a_build_takes(node_api, node, index):
+    set_app_setting(zoekt_indexing_temporary_space_factor=0.5)
+    tasks = [sized_task(index, 4) for _ in range(4)]
+
+    # 2 GiB a build against 10 GiB of headroom: the four slots fill.
+    assert beat(node_api, node, used_gib=50) == [t.id for t in tasks]
+
+
+def test_past_the_low_watermark_one_build_at_a_time_up_to_the_high(node_api, node, index):
+    tasks = [sized_task(index, 4) for _ in range(3)]
+
+    assert beat(node_api, node, used_gib=65) == [tasks[0].id]
+    assert beat(node_api, node, used_gib=69) == [tasks[0].id]
+    finish(tasks[0])
+    assert beat(node_api, node, used_gib=66) == [tasks[1].id]
+
+
+def test_a_build_that_would_cross_the_high_watermark_alone_is_held_and_others_pass(
+    node_api, node, index
+):
+    huge = sized_task(index, 20)
+    small = sized_task(index, 1)
+
+    # 65 + 20 > 75: never, even alone; the small one goes.
+    assert beat(node_api, node, used_gib=65) == [small.id]
+    assert Task.objects.get(pk=huge.pk).state == Task.State.PENDING
+
+
+def test_a_build_that_does_not_fit_yet_is_not_overtaken(node_api, node, index):
+    first = sized_task(index, 6)
+    second = sized_task(index, 6)
+    behind = sized_task(index, 1)
+
+    # 50 % used: the first takes 6 of the 10 GiB; the second waits, and the small one
+    # behind it waits too rather than overtake it.
+    assert beat(node_api, node, used_gib=50) == [first.id]
+    assert {t.state for t in Task.objects.filter(pk__in=[second.pk, behind.pk])} == {
+        Task.State.PENDING
+    }
+
+
+def test_deletes_go_out_whatever_the_headroom(node_api, node, index):
+    build = sized_task(index, 30)
+    delete = make_index_task(index, task_type=Task.TaskType.DELETE_REPO)
+
+    assert beat(node_api, node, used_gib=74) == [delete.id]
+    assert Task.objects.get(pk=build.pk).state == Task.State.PENDING
+
+
+# --- priority ---------------------------------------------------------------------------------
+
+
+def test_work_is_admitted_in_priority_order(node_api, node, now):
+    ready = IndexFactory(zoekt_node=node, state=Index.State.READY)
+    update = sized_task(ready, 0.01, task_type=Task.TaskType.FORCE_INDEX_REPO)
+    Repository.objects.filter(pk=update.zoekt_repository_id).update(indexed_at=now)
+    fresh = IndexFactory(zoekt_node=node, state=Index.State.INITIALIZING)
+    never_indexed = sized_task(fresh, 0.01)
+    lost = IndexFactory(zoekt_node=node, state=Index.State.INITIALIZING)
+    lost_data = sized_task(lost, 0.01)
+    Repository.objects.filter(pk=lost_data.zoekt_repository_id).update(
+        indexed_at=now - timedelta(days=1)
+    )
+    replacement = IndexFactory(zoekt_node=node, state=Index.State.INITIALIZING)
+    move_build = sized_task(replacement, 0.01)
+    Move.objects.create(
+        trigger="rebalance",
+        state=Move.State.BUILDING,
+        zoekt_enabled_namespace=replacement.zoekt_enabled_namespace,
+        namespace_id=replacement.namespace_id,
+        source_node=node,
+        source_index_ref=ready.id,
+        target_node=node,
+        replacement_index=replacement,
+    )
+    delete = make_index_task(ready, task_type=Task.TaskType.DELETE_REPO)
+    Task.objects.update(perform_at=clock.now() - timedelta(minutes=5))
+
+    assert beat(node_api, node, concurrency=2) == [delete.id, move_build.id]
+    finish(delete, move_build)
+    assert beat(node_api, node, concurrency=2) == [lost_data.id, never_indexed.id]
+    finish(lost_data, never_indexed)
+    assert beat(node_api, node, concurrency=2) == [update.id]
+
+
+# --- fairness ---------------------------------------------------------------------------------
+
+
+def big_and_small(node, now):
+    big = IndexFactory(zoekt_node=node, state=Index.State.INITIALIZING)
+    small = IndexFactory(zoekt_node=node, state=Index.State.INITIALIZING)
+    big_tasks = [sized_task(big, 0.01) for _ in range(40)]
+    small_tasks = [sized_task(small, 0.01) for _ in range(2)]
+    # The big namespace queued first, long before the small one.
+    for position, task in enumerate(big_tasks):
+        Task.objects.filter(pk=task.pk).update(
+            perform_at=now - timedelta(hours=2, seconds=-position)
+        )
+    return big_tasks, small_tasks
+
+
+def test_a_namespace_with_many_projects_does_not_starve_a_small_one(node_api, node, now):
+    big_tasks, small_tasks = big_and_small(node, now)
+
+    assert beat(node_api, node) == [
+        big_tasks[0].id,
+        small_tasks[0].id,
+        big_tasks[1].id,
+        small_tasks[1].id,
+    ]
+
+
+def test_gitlabs_mode_hands_out_the_oldest_tasks_first(node_api, node, now):
+    set_app_setting(zoekt_indexing_admission="gitlab")
+    big_tasks, _small = big_and_small(node, now)
+
+    assert beat(node_api, node) == [t.id for t in big_tasks[:4]]
+
+
+def test_gitlabs_mode_ignores_the_disk_headroom(node_api, node, index):
+    set_app_setting(zoekt_indexing_admission="gitlab")
+    tasks = [sized_task(index, 20) for _ in range(4)]
+
+    assert beat(node_api, node, used_gib=70) == [t.id for t in tasks]
+
+
+def test_a_project_with_tasks_in_two_indices_of_the_node_goes_once(node_api, node, index):
+    project = ProjectFactory(repository_size=GIB // 100)
+    other = IndexFactory(zoekt_node=node)
+    first = make_index_task(index, project=project)
+    make_index_task(other, project=project)
+
+    assert beat(node_api, node) == [first.id]

@@ -1,0 +1,240 @@
+"""Admission control for indexing work, as plain functions over plain data (docs/scheduling.md).
+
+A node runs a fixed number of tasks at once (its *slots*: the concurrency limit of
+reference 1.1) and every index build needs room on its disk for the new shards
+before the old ones go (its *temporary bytes*: the repository's index bytes times
+``zoekt_indexing_temporary_space_factor``). GitLab hands a node its oldest tasks,
+whatever they are and however full its disk is, and starts one pending index per node
+a minute. Here each hand-out fills the node's free slots from its pending work:
+
+* in **priority** order: deletes (they free space), then the replacement of a live
+  move or drain, then the re-indexing of data a node lost, then never-indexed
+  repositories, then forced re-indexing and updates of what already serves;
+* **fair** between namespaces within a priority: round robin, the first task of every
+  namespace before the second of any (the database ranks the window, ``rank``);
+* within the node's **disk headroom**: its reported used bytes plus the temporary bytes
+  of the builds it is running plus the new build's stay at or under the low watermark.
+  A node past the low watermark still makes progress one build at a time, and never past
+  the high watermark: with nothing in flight, one build is admitted when its temporary
+  bytes keep the node at or under the high watermark. A build that could not fit even
+  then is held (``exceeds_high_watermark``) and does not block the ones behind it; any
+  other build that does not fit stops the hand-out there (``disk_headroom``): nothing
+  smaller overtakes it, so a large build is not starved by a stream of small ones.
+
+Every decision carries its reason as data. ``start_pending_indices`` is the other half:
+how many pending indices each node starts per scheduling pass, by its queue.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Iterable, Sequence
+
+#: The hand-out modes (the setting ``zoekt_indexing_admission``).
+MODE_ADMISSION = "admission"
+MODE_GITLAB = "gitlab"
+MODES = (MODE_ADMISSION, MODE_GITLAB)
+
+#: Default temporary space of a build, as a share of the index's bytes: a build writes its
+#: new shards next to the old ones (the 2026-10-20 incident: about 740 GiB for 495 namespaces).
+DEFAULT_TEMPORARY_SPACE_FACTOR = 1.0
+
+#: Repositories not yet built that a node may have queued per slot before the scheduling
+#: pass starts another of its pending indices: about a minute of work per slot at a second a
+#: repository, so a node never idles between two passes a minute apart.
+QUEUE_PER_SLOT = 60
+
+DELETE_REPO = 50
+
+
+class Priority(enum.IntEnum):
+    """The order in which a node's pending work is admitted (lowest first)."""
+
+    DELETE = 0
+    MOVE = 1
+    LOST_DATA = 2
+    NEVER_INDEXED = 3
+    UPDATE = 4
+
+
+class Hold(enum.StrEnum):
+    """Why a task was not admitted in this hand-out."""
+
+    NO_FREE_SLOT = "no_free_slot"
+    DISK_HEADROOM = "disk_headroom"
+    EXCEEDS_HIGH_WATERMARK = "exceeds_high_watermark"
+    BEHIND_HELD_TASK = "behind_held_task"
+    SAME_PROJECT = "same_project"
+
+
+class Admit(enum.StrEnum):
+    """Why a task was admitted."""
+
+    IN_FLIGHT = "in_flight"
+    DELETE = "delete"
+    WITHIN_LOW_WATERMARK = "within_low_watermark"
+    ONE_AT_A_TIME = "one_at_a_time"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Candidate:
+    """One task of the node, as the hand-out sees it."""
+
+    task_id: int
+    priority: Priority
+    namespace_id: int
+    project_id: int
+    temporary_bytes: int
+    #: Already handed out and not yet called back: it holds a slot and its temporary bytes.
+    in_flight: bool = False
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NodeRoom:
+    """What the node has for indexing work now."""
+
+    slots: int
+    total_bytes: int
+    used_bytes: int
+    low_watermark: float
+    high_watermark: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Decision:
+    task_id: int
+    admitted: bool
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Admission:
+    """The hand-out's decisions, in the order they were taken."""
+
+    decisions: tuple[Decision, ...]
+    temporary_bytes_in_flight: int
+
+    @property
+    def admitted(self) -> list[int]:
+        return [d.task_id for d in self.decisions if d.admitted]
+
+    def reasons(self) -> dict[int, str]:
+        return {d.task_id: d.reason for d in self.decisions}
+
+
+def rank(candidates: Iterable[Candidate]) -> list[Candidate]:
+    """In flight first, then by priority, round robin between namespaces, stable otherwise.
+
+    The input is in the order the tasks were queued (``perform_at``, id); the n-th task of
+    a namespace within a priority comes after the (n-1)-th task of every other namespace.
+    """
+    seen: dict[tuple[Priority, int], int] = {}
+    keyed = []
+    for position, candidate in enumerate(candidates):
+        key = (candidate.priority, candidate.namespace_id)
+        turn = seen.get(key, 0)
+        seen[key] = turn + 1
+        keyed.append(((not candidate.in_flight, candidate.priority, turn, position), candidate))
+    keyed.sort(key=lambda pair: pair[0])
+    return [candidate for _, candidate in keyed]
+
+
+def admit(candidates: Sequence[Candidate], room: NodeRoom) -> Admission:
+    """Which of the node's tasks to hand out now, each decision with its reason.
+
+    ``candidates`` are ranked here (``rank``); at most one task per project is handed
+    out at once, as GitLab's hand-out does. A node that reports no disk size is paced
+    by its slots alone.
+    """
+    ranked = rank(candidates)
+    decisions: list[Decision] = []
+    free = room.slots
+    in_flight_bytes = 0
+    building = False
+    projects: set[int] = set()
+    for candidate in ranked:
+        if candidate.in_flight:
+            # Re-offered on every heartbeat until its callback (the node de-duplicates).
+            decisions.append(Decision(candidate.task_id, True, Admit.IN_FLIGHT))
+            projects.add(candidate.project_id)
+            free -= 1
+            in_flight_bytes += candidate.temporary_bytes
+            building = building or candidate.priority != Priority.DELETE
+    measured = room.total_bytes > 0
+    low_room = room.low_watermark * room.total_bytes - room.used_bytes - in_flight_bytes
+    high_room = room.high_watermark * room.total_bytes - room.used_bytes - in_flight_bytes
+    blocked = False
+    for candidate in ranked:
+        if candidate.in_flight:
+            continue
+        task_id = candidate.task_id
+        if free <= 0:
+            decisions.append(Decision(task_id, False, Hold.NO_FREE_SLOT))
+            continue
+        if candidate.project_id in projects:
+            decisions.append(Decision(task_id, False, Hold.SAME_PROJECT))
+            continue
+        if candidate.priority == Priority.DELETE:
+            reason: str = Admit.DELETE
+        elif blocked:
+            decisions.append(Decision(task_id, False, Hold.BEHIND_HELD_TASK))
+            continue
+        elif not measured or candidate.temporary_bytes <= low_room:
+            reason = Admit.WITHIN_LOW_WATERMARK
+        elif not building and candidate.temporary_bytes <= high_room:
+            reason = Admit.ONE_AT_A_TIME
+        elif not building:
+            # Even alone it would take the node past the high watermark: hold it and let
+            # the rest through (eviction or a move has to make room for it).
+            decisions.append(Decision(task_id, False, Hold.EXCEEDS_HIGH_WATERMARK))
+            continue
+        else:
+            decisions.append(Decision(task_id, False, Hold.DISK_HEADROOM))
+            blocked = True
+            continue
+        decisions.append(Decision(task_id, True, reason))
+        projects.add(candidate.project_id)
+        free -= 1
+        if candidate.priority != Priority.DELETE:
+            building = True
+            low_room -= candidate.temporary_bytes
+            high_room -= candidate.temporary_bytes
+            in_flight_bytes += candidate.temporary_bytes
+    return Admission(tuple(decisions), in_flight_bytes)
+
+
+def temporary_bytes(index_bytes: int, factor: float) -> int:
+    """The disk a build of ``index_bytes`` takes beside what the node holds, while it runs."""
+    return max(0, int(index_bytes * factor))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PendingIndex:
+    index_id: int
+    node_id: int
+    #: The repositories it is expected to create (its namespace's projects).
+    repositories: int
+    #: The replacement of a live move: it goes first.
+    moving: bool = False
+
+
+def start_pending_indices(
+    pending: Iterable[PendingIndex], queued: dict[int, int], slots: dict[int, int]
+) -> list[int]:
+    """The pending indices to start now: on each node, a move's replacement first, then the
+    oldest, while the node's queue of repositories not yet built stays under
+    ``QUEUE_PER_SLOT`` × its slots. A node with an empty queue always starts one.
+    Nodes without an entry in ``slots`` (offline) start nothing.
+    """
+    started: list[int] = []
+    depth = dict(queued)
+    for index in sorted(pending, key=lambda i: (i.node_id, not i.moving, i.index_id)):
+        if index.node_id not in slots:
+            continue
+        have = depth.get(index.node_id, 0)
+        if have and have >= QUEUE_PER_SLOT * slots[index.node_id]:
+            continue
+        started.append(index.index_id)
+        depth[index.node_id] = have + max(1, index.repositories)
+    return started
