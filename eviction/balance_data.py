@@ -16,7 +16,8 @@ and builds the pure function's input:
   estimate (``zoekt.memory``, the estimate moves and the planner use; only ready and
   pre-ready indices have one). Only a ready index in a replica moves, and not while
   its namespace has a live move or while its node is offline or has a live shutdown
-  record (restart, drain and replace own those);
+  record (restart, drain and replace own those); an index that may not move says why
+  (``pinned_by``, the codes of the explain: docs/balance.md#explain);
 * a node a move took an index off in the last 10 minutes (``settling_nodes``) sheds
   nothing: the disk it reports may still count the deleted copy until the space is
   freed, and a node that looks fuller than it is sheds too much;
