@@ -33,7 +33,7 @@ from dashboard.readmodels.audit import (
     BadFilterValue,
     audit_page,
 )
-from dashboard.readmodels.balance import balance_page
+from dashboard.readmodels.balance import balance_page, index_balance
 from dashboard.readmodels.common import UnknownChoice
 from dashboard.readmodels.evictions import eviction_page
 from dashboard.readmodels.fleet import NodeRow, fleet_overview
@@ -341,12 +341,15 @@ def namespace(request: HttpRequest, root_namespace_id: int) -> HttpResponse:
     detail = namespace_detail(root_namespace_id)
     if detail is None:
         raise Http404("this root namespace is not enabled for Zoekt")
+    indices = [index for replica in detail.replicas for index in replica.indices]
+    indices += detail.detached_indices
     return _render(
         request,
         "namespace_detail.html",
         "namespaces",
         f"Namespace {detail.root.path}",
         detail=detail,
+        balance=index_balance([index.id for index in indices]),
     )
 
 

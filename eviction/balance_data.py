@@ -16,7 +16,8 @@ and builds the pure function's input:
   estimate (``zoekt.memory``, the estimate moves and the planner use; only ready and
   pre-ready indices have one). Only a ready index in a replica moves, and not while
   its namespace has a live move or while its node is offline or has a live shutdown
-  record (restart, drain and replace own those);
+  record (restart, drain and replace own those); an index that may not move says why
+  (``pinned_by``, the codes of the explain: docs/balance.md#explain);
 * a node a move took an index off in the last 10 minutes (``settling_nodes``) sheds
   nothing: the disk it reports may still count the deleted copy until the space is
   freed, and a node that looks fuller than it is sheds too much;
@@ -154,9 +155,15 @@ def balance_input(
                 not_receiving_reason=None if refusal is None else str(refusal),
             )
         )
-    pinned_nodes = {n.id for n in nodes if n.not_receiving_reason == Reason.MOVE_TARGET_OFFLINE}
-    pinned_nodes |= facts.in_maintenance
-    pinned_nodes |= settling_nodes(now)
+    offline = {n.id for n in nodes if n.not_receiving_reason == Reason.MOVE_TARGET_OFFLINE}
+    pinned_nodes: dict[int, list[str]] = {}
+    for node_ids, code in (
+        (offline, Reason.BALANCE_SOURCE_OFFLINE),
+        (facts.in_maintenance, Reason.BALANCE_SOURCE_IN_MAINTENANCE),
+        (settling_nodes(now), Reason.BALANCE_SOURCE_SETTLING),
+    ):
+        for node_id in node_ids:
+            pinned_nodes.setdefault(node_id, []).append(str(code))
     pinned = rebalanced_recently(now)
     indices, namespace_ids = _indices(settings, pinned_nodes, pinned)
     options = BalanceOptions(
@@ -175,10 +182,14 @@ def _budget(node: Node, settings: app_settings.ZoektSettings) -> int | None:
 
 
 def _indices(
-    settings: app_settings.ZoektSettings, pinned_nodes: set[int], pinned: frozenset[int]
+    settings: app_settings.ZoektSettings,
+    pinned_nodes: dict[int, list[str]],
+    pinned: frozenset[int],
 ) -> tuple[list[BalanceIndex], dict[int, int]]:
     """Every index, with its memory estimate and whether it may move (two queries, and
-    one for the namespaces with a live move). A ``pinned`` index holds its place."""
+    one for the namespaces with a live move), and when not, why (the codes of the
+    explain): not ready or in no replica, its namespace moving, its node's codes
+    (``pinned_nodes``), moved by the reconciler in the window (``pinned``)."""
     moving = set(Move.objects.live().values_list("zoekt_enabled_namespace_id", flat=True))
     rows = list(
         Index.objects.order_by("id").values_list(
@@ -195,6 +206,17 @@ def _indices(
     ratio = settings.memory_ratio
     out = []
     for index_id, node_id, enabled_id, replica_id, used, state, _ns in rows:
+        pinned_by = [
+            str(code)
+            for code, holds in (
+                (Reason.MOVE_INDEX_NOT_READY, state != Index.State.READY or replica_id is None),
+                (Reason.MOVE_ALREADY_MOVING, enabled_id in moving),
+            )
+            if holds
+        ]
+        pinned_by += pinned_nodes.get(node_id, ())
+        if index_id in pinned:
+            pinned_by.append(str(Reason.BALANCE_MOVED_RECENTLY))
         out.append(
             BalanceIndex(
                 id=index_id,
@@ -205,11 +227,8 @@ def _indices(
                 estimated_memory_bytes=memory.estimate_memory_bytes(
                     repository.get(index_id, 0), ratio
                 ),
-                movable=state == Index.State.READY
-                and replica_id is not None
-                and enabled_id not in moving
-                and node_id not in pinned_nodes
-                and index_id not in pinned,
+                movable=not pinned_by,
+                pinned_by=tuple(pinned_by),
             )
         )
     return out, {row[0]: row[6] for row in rows}

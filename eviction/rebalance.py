@@ -38,7 +38,10 @@ it in once ready: no namespace goes dark.
   move's own savepoint.
 
 ``balance_report`` is the convergence as data, the one function behind
-``GET /api/v1/balance``, ``manage.py zoekt_balance --json`` and the metrics.
+``GET /api/v1/balance``, ``manage.py zoekt_balance --json`` and the metrics;
+``index_balance_report`` the explain of one index in it, behind
+``GET /api/v1/indices/<id>/balance`` and ``manage.py zoekt_balance --explain``, and
+``index_explains`` that of several, for the namespace page.
 """
 
 from __future__ import annotations
@@ -57,10 +60,11 @@ from eviction.balance_data import (
     rebalanced_recently,
     settling_nodes,
 )
-from planner.balance import Balance, PlannedMove
+from planner.balance import Balance, IndexExplain, PlannedMove, explain_indices
 from zoekt import app_settings, capacity, clock, drains, memory
 from zoekt.logging import get_logger
 from zoekt.models import Index, Move, Node, NodeShutdown
+from zoekt.operator_errors import ObjectNotFound
 from zoekt.reasons import Reason
 
 log = get_logger(__name__)
@@ -299,3 +303,57 @@ def balance_report(
         "last_24_hours": last_24_hours(now),
     }
     return fleet, balance, report
+
+
+def index_explains(
+    index_ids: list[int],
+    *,
+    margin: float | None = None,
+    max_moves: int | None = None,
+    progress: Callable[[int], None] | None = None,
+    now: datetime | None = None,
+) -> tuple[BalanceInput, Balance, list[IndexExplain]]:
+    """The fleet, its desired balance (the reconciler's: the report's), and the explain of
+    each of ``index_ids`` in it (``planner.balance.explain_indices``); an id the fleet does
+    not hold is ``ObjectNotFound`` naming ``index_id``. Read-only, in the queries of the
+    desired balance's input, whatever the number of ids."""
+    settings = app_settings.current()
+    fleet, balance = current_balance(
+        margin=margin,
+        max_moves=max_moves,
+        progress=progress,
+        settings=settings,
+        now=now or clock.now(),
+    )
+    held = {index.id for index in fleet.indices}
+    for index_id in index_ids:
+        if index_id not in held:
+            raise ObjectNotFound("index_id", f"Zoekt index {index_id} not found.")
+    return (
+        fleet,
+        balance,
+        explain_indices(fleet.nodes, fleet.indices, index_ids, fleet.options, balance=balance),
+    )
+
+
+def index_balance_report(
+    index_id: int,
+    *,
+    margin: float | None = None,
+    max_moves: int | None = None,
+    progress: Callable[[int], None] | None = None,
+    now: datetime | None = None,
+) -> tuple[BalanceInput, IndexExplain, dict[str, Any]]:
+    """The explain of one index (``IndexExplain.as_dict``), with its root namespace and the
+    reconciler's state: whether anything moves now at all. The one source of the API and
+    the command's JSON."""
+    now = now or clock.now()
+    fleet, _balance, (explain,) = index_explains(
+        [index_id], margin=margin, max_moves=max_moves, progress=progress, now=now
+    )
+    report = {
+        **explain.as_dict(),
+        "namespace_id": fleet.namespace_ids.get(index_id),
+        "reconciler": reconciler_state(app_settings.current(), now),
+    }
+    return fleet, explain, report

@@ -197,3 +197,85 @@ class BalanceReportSerializer(serializers.Serializer):
     )
     reconciler = ReconcilerSerializer()
     last_24_hours = Last24HoursSerializer()
+
+
+# --- GET /api/v1/indices/<id>/balance ------------------------------------------------------
+
+
+class NodeDecisionSerializer(serializers.Serializer):
+    """Whether the index could move to one other node now (``planner.balance.NodeDecision``)."""
+
+    node_id = serializers.IntegerField()
+    name = serializers.CharField()
+    decision = serializers.ChoiceField(
+        choices=["yes", "no"],
+        help_text="`yes`: the move is allowed and qualifies by the margin now.",
+    )
+    refusals = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="Every rule refusing it, as stable codes: the index's own (as "
+        "`index_refusals`), the node's (`move_target_offline`, `move_target_cooling_down`, "
+        "`move_target_restarting`, `move_target_shutting_down`, "
+        "`move_target_not_search_node`, `move_target_over_memory_watermark`), the index "
+        "there (`move_target_holds_namespace`: the replica rule, `move_target_no_disk_room`, "
+        "`move_target_no_memory_room`) and `balance_margin_not_met`.",
+    )
+    share_now = serializers.FloatField(allow_null=True, help_text="Its dominant share now.")
+    share_with = serializers.FloatField(
+        allow_null=True, help_text="Its dominant share with the index added."
+    )
+    desired = serializers.BooleanField(help_text="The node the desired balance puts it on.")
+
+
+class IndexBalanceSerializer(serializers.Serializer):
+    """``GET /api/v1/indices/<id>/balance`` (``eviction.rebalance.index_balance_report``)."""
+
+    index_id = serializers.IntegerField()
+    namespace_id = serializers.IntegerField(allow_null=True, help_text="The root namespace.")
+    enabled_namespace_id = serializers.IntegerField(allow_null=True)
+    replica_id = serializers.IntegerField(allow_null=True)
+    bytes = serializers.IntegerField(help_text="Its used bytes: what a move carries.")
+    memory_bytes = serializers.IntegerField(help_text="Its memory estimate.")
+    node_id = serializers.IntegerField(help_text="The node it is on.")
+    node_name = serializers.CharField()
+    node_share = serializers.FloatField(allow_null=True, help_text="Its node's dominant share now.")
+    node_share_without = serializers.FloatField(
+        allow_null=True, help_text="Its node's dominant share once it left."
+    )
+    lower_bound = serializers.FloatField(
+        help_text="A node at or under it sheds nothing (the fleet's lower bound)."
+    )
+    margin = serializers.FloatField()
+    index_refusals = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="Why it may move to no node now: `move_index_not_ready`, "
+        "`move_already_moving` (its namespace has a live move), `balance_moved_recently` "
+        "(the reconciler moved it in the last 24 hours), `balance_source_offline`, "
+        "`balance_source_in_maintenance`, `balance_source_settling`, "
+        "`balance_index_orphaned`, `balance_source_no_disk_size`, "
+        "`balance_source_at_lower_bound`, `balance_source_does_not_fall`.",
+    )
+    desired_node_id = serializers.IntegerField(help_text="Where the desired balance puts it.")
+    desired_node_name = serializers.CharField()
+    stays = serializers.BooleanField(help_text="The desired balance leaves it where it is.")
+    stays_reason = serializers.CharField(
+        allow_null=True,
+        help_text="Why it stays: the first of `index_refusals`, or "
+        "`balance_no_target_qualifies`, `balance_other_moves_preferred` (other moves "
+        "balance its node first), `balance_plan_capped`.",
+    )
+    move = PlannedMoveSerializer(
+        allow_null=True, help_text="Its move in the desired balance, judged at its turn."
+    )
+    move_order = serializers.IntegerField(
+        allow_null=True, help_text="Its move's place in the plan (1: the first)."
+    )
+    moves_planned = serializers.IntegerField()
+    held_back = serializers.BooleanField(
+        help_text="Moved by the plan and would move on from there: the next computation does."
+    )
+    candidate_node_ids = serializers.ListField(
+        child=serializers.IntegerField(), help_text="The nodes it could move to now."
+    )
+    nodes = NodeDecisionSerializer(many=True, help_text="Every other node, by id.")
+    reconciler = ReconcilerSerializer()

@@ -1,5 +1,6 @@
-"""The move API: ``POST /api/v1/indices/<id>/move`` moves one index by hand, and
-``GET /api/v1/balance`` reports the fleet's convergence to its desired balance.
+"""The move API: ``POST /api/v1/indices/<id>/move`` moves one index by hand,
+``GET /api/v1/balance`` reports the fleet's convergence to its desired balance, and
+``GET /api/v1/indices/<id>/balance`` explains one index in it.
 
 An operator endpoint beside those of ``api/``, built on the same base
 (``api.operator_views.OperatorAPIView``: staff only, by DRF token or session,
@@ -166,4 +167,38 @@ class BalanceView(OperatorAPIView):
     )
     def get(self, request):
         _fleet, _balance, report = rebalance.balance_report()
+        return Response(report)
+
+
+class IndexBalanceView(OperatorAPIView):
+    @extend_schema(
+        operation_id="index_balance",
+        summary="One index in the desired balance (Elasticsearch's allocation explain)",
+        description=(
+            "Where the index is, where the desired balance wants it and why (its planned "
+            "move, with the reason and the dominant shares of the busiest node, the source "
+            "and the target before and after, and its place in the plan; or why it stays), "
+            "and for every other node `yes` or `no` for a move there now, with every code "
+            "that refuses it: the index's own (not ready, its namespace moving, moved by the "
+            "reconciler in the last 24 hours, its node offline, in maintenance or settling, "
+            "its node at the lower bound), the node's (offline, cooling down, shutting down, "
+            "over its high memory watermark...), the index there (the namespace already has "
+            "an index there, memory or disk room) and the margin. The same rules the "
+            "desired balance and the reconciler apply. Read-only (docs/balance.md)."
+        ),
+        tags=TAG_ADMIN,
+        parameters=[
+            OpenApiParameter(
+                "index_id", OpenApiTypes.INT, OpenApiParameter.PATH, description="The index's id."
+            )
+        ],
+        responses={
+            200: s.IndexBalanceSerializer,
+            401: _error("No credentials (session or `Authorization: Token <key>`)"),
+            403: _error("Authenticated, but not a staff user"),
+            404: _error("No such index (`index_id`)"),
+        },
+    )
+    def get(self, request, index_id: int):
+        _fleet, _explain, report = rebalance.index_balance_report(index_id)
         return Response(report)

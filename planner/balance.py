@@ -61,11 +61,19 @@ should be. The lower bound is, per dimension, total use over total capacity of t
 nodes that may hold data (with a disk size, and receiving or holding some), the
 dominant one taken. Deterministic: the same fleet in any input order gives the
 same answer.
+
+**The explain of one index** (``explain_indices``, Elasticsearch's
+``_cluster/allocation/explain``): where it is, where the desired balance wants it
+(its planned move with the reason and the shares before and after, or why it
+stays), and for every other node ``yes`` or ``no`` for a move there now, with every
+code that refuses it: the index's own (pinned, its node at the lower bound), the
+target's placement rules (``_Fleet.target_refusals``) and the margin. The rules are
+the ones the plan judges its moves by (``_move_refusals``), not a copy.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -78,10 +86,14 @@ __all__ = [
     "BalanceIndex",
     "BalanceNode",
     "BalanceOptions",
+    "IndexExplain",
     "NodeBalance",
+    "NodeDecision",
     "NodeFigures",
     "PlannedMove",
     "desired_balance",
+    "explain_index",
+    "explain_indices",
     "relocated",
 ]
 
@@ -140,6 +152,9 @@ class BalanceIndex:
     #: False: it holds its place (not ready, moving already, its node in maintenance):
     #: its bytes and namespace slot count, it never moves.
     movable: bool = True
+    #: Why it may not move (stable codes, the caller's), for the explain; empty when
+    #: ``movable`` (or when the caller does not say: ``balance_index_pinned``).
+    pinned_by: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -453,27 +468,35 @@ class _Fleet:
         self.where[index_id] = to
 
     def target_refusal(self, index_id: int, node_id: int) -> str | None:
-        """Why ``node_id`` cannot take the index now (a stable code), or None: the
+        """Why ``node_id`` cannot take the index now (a stable code), or None: the first
+        of ``target_refusals``."""
+        return next(self.target_refusals(index_id, node_id), None)
+
+    def target_refusals(self, index_id: int, node_id: int) -> Iterator[str]:
+        """Every reason ``node_id`` cannot take the index now (stable codes), lazily: the
         placement rules, in ``eviction.moves.target_refusal``'s order and words."""
         index = self.indices[index_id]
         node = self.nodes[node_id]
         if self.where[index_id] == node_id:
-            return str(Reason.MOVE_TARGET_IS_SOURCE)
+            yield str(Reason.MOVE_TARGET_IS_SOURCE)
         if not node.receiving:
-            return node.not_receiving_reason or str(Reason.BALANCE_TARGET_NOT_RECEIVING)
+            yield node.not_receiving_reason or str(Reason.BALANCE_TARGET_NOT_RECEIVING)
         if node_id in self.holders[index.enabled_namespace_id]:
-            return str(Reason.MOVE_TARGET_HOLDS_NAMESPACE)
+            yield str(Reason.MOVE_TARGET_HOLDS_NAMESPACE)
         if node.total_bytes <= 0:
-            return str(Reason.MOVE_TARGET_NO_DISK_ROOM)
+            yield str(Reason.MOVE_TARGET_NO_DISK_ROOM)
         budget = self.budget(node_id)
         if budget is not None and (
             self.mem[node_id] + index.estimated_memory_bytes
             >= self.options.high_memory_watermark * budget
         ):
-            return str(Reason.MOVE_TARGET_NO_MEMORY_ROOM)
-        if (self.used[node_id] + index.used_bytes) / node.total_bytes >= self.options.disk_ceiling:
-            return str(Reason.MOVE_TARGET_NO_DISK_ROOM)
-        return None
+            yield str(Reason.MOVE_TARGET_NO_MEMORY_ROOM)
+        if (
+            node.total_bytes > 0
+            and (self.used[node_id] + index.used_bytes) / node.total_bytes
+            >= self.options.disk_ceiling
+        ):
+            yield str(Reason.MOVE_TARGET_NO_DISK_ROOM)
 
 
 # --------------------------------------------------------------------------- #
@@ -602,21 +625,56 @@ def _lower_bounds(fleet: _Fleet) -> tuple[float, float | None]:
 Step = tuple[int, int, int]
 
 
+def _index_refusals(fleet: _Fleet, index_id: int) -> Iterator[str]:
+    """Every reason the index may not move anywhere now (stable codes), lazily: the rules
+    about the index and its node. It moves only when it may (``movable``, an enabled
+    namespace), its node has a disk share over the lower bound, and leaving lowers it."""
+    index = fleet.indices[index_id]
+    if index.enabled_namespace_id is None:
+        yield str(Reason.BALANCE_INDEX_ORPHANED)
+    if not index.movable:
+        yield from index.pinned_by or (str(Reason.BALANCE_INDEX_PINNED),)
+    source = fleet.where[index_id]
+    source_share = fleet.share(source)
+    if source_share is None:
+        yield str(Reason.BALANCE_SOURCE_NO_DISK_SIZE)
+        return
+    if source_share <= fleet.floor:
+        yield str(Reason.BALANCE_SOURCE_AT_LOWER_BOUND)
+    if _after(fleet, index, source, -1) >= source_share:
+        yield str(Reason.BALANCE_SOURCE_DOES_NOT_FALL)
+
+
+def _margin_refusals(fleet: _Fleet, index_id: int, target: int) -> Iterator[str]:
+    """The margin: the target's dominant share with the index must stay more than the
+    margin below the source's before the move (where both have a disk size)."""
+    source_share = fleet.share(fleet.where[index_id])
+    if source_share is None or fleet.nodes[target].total_bytes <= 0:
+        return
+    target_after = _after(fleet, fleet.indices[index_id], target, +1)
+    if target_after >= source_share * (1 - fleet.options.margin):
+        yield str(Reason.BALANCE_MARGIN_NOT_MET)
+
+
+def _move_refusals(fleet: _Fleet, index_id: int, target: int) -> Iterator[str]:
+    """Every reason moving the index from where it is to ``target`` is not allowed, or
+    does not qualify, in this layout: the index's rules, the target's, the margin."""
+    yield from _index_refusals(fleet, index_id)
+    yield from fleet.target_refusals(index_id, target)
+    yield from _margin_refusals(fleet, index_id, target)
+
+
 def _judge(fleet: _Fleet, index_id: int, target: int) -> tuple[float, float, float] | None:
     """(source before, source after, target after) when moving the index from where it
-    is to ``target`` is allowed and qualifies; None otherwise."""
+    is to ``target`` is allowed and qualifies (``_move_refusals`` says nothing); None
+    otherwise."""
+    if next(_move_refusals(fleet, index_id, target), None) is not None:
+        return None
     index = fleet.indices[index_id]
     source = fleet.where[index_id]
     source_share = fleet.share(source)
-    if source_share is None or source_share <= fleet.floor:
-        return None
-    if fleet.target_refusal(index_id, target) is not None:
-        return None
-    source_after = _after(fleet, index, source, -1)
-    target_after = _after(fleet, index, target, +1)
-    if source_after >= source_share or target_after >= source_share * (1 - fleet.options.margin):
-        return None
-    return source_share, source_after, target_after
+    assert source_share is not None  # the source rules refuse a node without a disk size
+    return source_share, _after(fleet, index, source, -1), _after(fleet, index, target, +1)
 
 
 def _replay(
@@ -833,3 +891,217 @@ def relocated(
             index = replace(index, node_id=to)
         moved.append(index)
     return [replace(node, used_bytes=node.used_bytes + delta[node.id]) for node in node_list], moved
+
+
+# --------------------------------------------------------------------------- #
+# The explain of one index
+# --------------------------------------------------------------------------- #
+
+YES = "yes"
+NO = "no"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeDecision:
+    """Whether the index could move to one other node now, and every rule refusing it."""
+
+    node_id: int
+    name: str
+    #: ``yes``: the move is allowed and qualifies now; ``no``: ``refusals`` say why.
+    decision: str
+    refusals: tuple[str, ...]
+    #: The node's dominant share now, and with the index added (None: no disk size).
+    share_now: float | None
+    share_with: float | None
+    #: The node the desired balance puts the index on.
+    desired: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "node_id": self.node_id,
+            "name": self.name,
+            "decision": self.decision,
+            "refusals": list(self.refusals),
+            "share_now": _round(self.share_now),
+            "share_with": _round(self.share_with),
+            "desired": self.desired,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class IndexExplain:
+    """One index in the desired balance (``explain_indices``): where it is, where the
+    desired balance wants it and why, and for every other node whether it could go there
+    now and why not (Elasticsearch's ``_cluster/allocation/explain``)."""
+
+    index_id: int
+    enabled_namespace_id: int | None
+    replica_id: int | None
+    bytes: int
+    memory_bytes: int
+    node_id: int
+    node_name: str
+    #: Its node's dominant share now, and once the index left (None: no disk size).
+    node_share: float | None
+    node_share_without: float | None
+    lower_bound: float
+    margin: float
+    #: The reasons it may move to no node now (the index's and its node's rules).
+    index_refusals: tuple[str, ...]
+    desired_node_id: int
+    desired_node_name: str
+    #: Its move in the desired balance (None: it stays), that move's place in the
+    #: plan (1 is the first) and the plan's length.
+    move: PlannedMove | None
+    move_order: int | None
+    moves_planned: int
+    #: Moved by the plan, and would move on once there (``Balance.held_back``).
+    held_back: bool
+    #: Why it stays (None when it moves): the first of ``index_refusals``, else
+    #: ``balance_no_target_qualifies``, ``balance_plan_capped`` or
+    #: ``balance_other_moves_preferred``.
+    stays_reason: str | None
+    #: Every other node, by id.
+    nodes: tuple[NodeDecision, ...]
+
+    @property
+    def candidates(self) -> tuple[int, ...]:
+        """The nodes it could move to now."""
+        return tuple(entry.node_id for entry in self.nodes if entry.decision == YES)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "index_id": self.index_id,
+            "enabled_namespace_id": self.enabled_namespace_id,
+            "replica_id": self.replica_id,
+            "bytes": self.bytes,
+            "memory_bytes": self.memory_bytes,
+            "node_id": self.node_id,
+            "node_name": self.node_name,
+            "node_share": _round(self.node_share),
+            "node_share_without": _round(self.node_share_without),
+            "lower_bound": _round(self.lower_bound),
+            "margin": self.margin,
+            "index_refusals": list(self.index_refusals),
+            "desired_node_id": self.desired_node_id,
+            "desired_node_name": self.desired_node_name,
+            "stays": self.move is None,
+            "stays_reason": self.stays_reason,
+            "move": None if self.move is None else self.move.as_dict(),
+            "move_order": self.move_order,
+            "moves_planned": self.moves_planned,
+            "held_back": self.held_back,
+            "candidate_node_ids": list(self.candidates),
+            "nodes": [entry.as_dict() for entry in self.nodes],
+        }
+
+
+def explain_indices(
+    nodes: Iterable[BalanceNode],
+    indices: Iterable[BalanceIndex],
+    index_ids: Iterable[int],
+    options: BalanceOptions | None = None,
+    *,
+    balance: Balance | None = None,
+) -> list[IndexExplain]:
+    """The explain of each of ``index_ids`` (in that order) in the fleet's desired balance.
+
+    The per-node decisions are those of a move now, in the layout as it is, by the rules
+    the desired balance applies (``_move_refusals``: the index's, the target's placement
+    rules of ``_Fleet.target_refusals`` and the margin), every refusal listed; the
+    desired node is where the plan puts it, judged at its turn (after the moves before
+    it). ``balance``: the desired balance of this same input, when the caller has it."""
+    options = options or BalanceOptions()
+    node_list = sorted(nodes, key=lambda node: node.id)
+    index_list = sorted(indices, key=lambda index: index.id)
+    if balance is None:
+        balance = desired_balance(node_list, index_list, options)
+    else:
+        _check(node_list, index_list, options)
+    by_node = {node.id: node for node in node_list}
+    by_index = {index.id: index for index in index_list}
+    fleet = _Fleet(by_node, by_index, options, balance.lower_bound)
+    order = {move.index_id: (k, move) for k, move in enumerate(balance.moves, 1)}
+    out = []
+    for k, index_id in enumerate(index_ids):
+        if index_id not in by_index:
+            raise BalanceError(f"index_ids[{k}]", f"index {index_id} is not given")
+        out.append(_explain(fleet, balance, index_id, order.get(index_id)))
+    return out
+
+
+def explain_index(
+    nodes: Iterable[BalanceNode],
+    indices: Iterable[BalanceIndex],
+    index_id: int,
+    options: BalanceOptions | None = None,
+    *,
+    balance: Balance | None = None,
+) -> IndexExplain:
+    """The explain of one index (``explain_indices``)."""
+    return explain_indices(nodes, indices, [index_id], options, balance=balance)[0]
+
+
+def _explain(
+    fleet: _Fleet, balance: Balance, index_id: int, planned: tuple[int, PlannedMove] | None
+) -> IndexExplain:
+    index = fleet.indices[index_id]
+    source = index.node_id
+    index_wide = tuple(_index_refusals(fleet, index_id))
+    desired_node = balance.layout.get(index_id, source)
+    decisions = tuple(
+        _decision(fleet, index_id, node_id, desired_node)
+        for node_id in fleet.nodes
+        if node_id != source
+    )
+    source_share = fleet.share(source)
+    if planned is not None:
+        stays = None
+    elif index_wide:
+        stays = index_wide[0]
+    elif not any(entry.decision == YES for entry in decisions):
+        stays = str(Reason.BALANCE_NO_TARGET_QUALIFIES)
+    elif not balance.complete:
+        stays = str(Reason.BALANCE_PLAN_CAPPED)
+    else:
+        stays = str(Reason.BALANCE_OTHER_MOVES_PREFERRED)
+    return IndexExplain(
+        index_id=index_id,
+        enabled_namespace_id=index.enabled_namespace_id,
+        replica_id=index.replica_id,
+        bytes=index.used_bytes,
+        memory_bytes=index.estimated_memory_bytes,
+        node_id=source,
+        node_name=fleet.nodes[source].name,
+        node_share=source_share,
+        node_share_without=None if source_share is None else _after(fleet, index, source, -1),
+        lower_bound=balance.lower_bound,
+        margin=fleet.options.margin,
+        index_refusals=index_wide,
+        desired_node_id=desired_node,
+        desired_node_name=fleet.nodes[desired_node].name,
+        move=None if planned is None else planned[1],
+        move_order=None if planned is None else planned[0],
+        moves_planned=len(balance.moves),
+        held_back=index_id in balance.held_back,
+        stays_reason=stays,
+        nodes=decisions,
+    )
+
+
+def _decision(fleet: _Fleet, index_id: int, node_id: int, desired: int) -> NodeDecision:
+    """One other node: every reason the move there now is not allowed or does not
+    qualify (``_move_refusals``, as the plan judges a move), or none: ``yes``."""
+    refusals = tuple(_move_refusals(fleet, index_id, node_id))
+    share_now = fleet.share(node_id)
+    return NodeDecision(
+        node_id=node_id,
+        name=fleet.nodes[node_id].name,
+        decision=NO if refusals else YES,
+        refusals=refusals,
+        share_now=share_now,
+        share_with=None
+        if share_now is None
+        else _after(fleet, fleet.indices[index_id], node_id, +1),
+        desired=node_id == desired,
+    )

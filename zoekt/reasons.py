@@ -133,6 +133,22 @@ class Reason(enum.StrEnum):
     REBALANCE_BUSIEST_NODE = "rebalance_busiest_node"
     REBALANCE_NEXT_BUSIEST_NODE = "rebalance_next_busiest_node"
     BALANCE_TARGET_NOT_RECEIVING = "balance_target_not_receiving"
+    # The explain of one index (planner.balance.explain_indices): why it may not move now
+    # (for every node), why a node may not take it now, and why the desired balance
+    # leaves it where it is
+    BALANCE_INDEX_ORPHANED = "balance_index_orphaned"
+    BALANCE_INDEX_PINNED = "balance_index_pinned"
+    BALANCE_MOVED_RECENTLY = "balance_moved_recently"
+    BALANCE_SOURCE_OFFLINE = "balance_source_offline"
+    BALANCE_SOURCE_IN_MAINTENANCE = "balance_source_in_maintenance"
+    BALANCE_SOURCE_SETTLING = "balance_source_settling"
+    BALANCE_SOURCE_NO_DISK_SIZE = "balance_source_no_disk_size"
+    BALANCE_SOURCE_AT_LOWER_BOUND = "balance_source_at_lower_bound"
+    BALANCE_SOURCE_DOES_NOT_FALL = "balance_source_does_not_fall"
+    BALANCE_MARGIN_NOT_MET = "balance_margin_not_met"
+    BALANCE_NO_TARGET_QUALIFIES = "balance_no_target_qualifies"
+    BALANCE_OTHER_MOVES_PREFERRED = "balance_other_moves_preferred"
+    BALANCE_PLAN_CAPPED = "balance_plan_capped"
     # The rebalance reconciler (eviction.rebalance): why it started nothing this run
     REBALANCE_DISABLED = "rebalance_disabled"
     REBALANCE_NODE_OVER_HIGH_WATERMARK = "rebalance_node_over_high_watermark"

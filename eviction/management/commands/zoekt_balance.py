@@ -4,6 +4,9 @@
     manage.py zoekt_balance --json           # the same as JSON: GET /api/v1/balance's body
     manage.py zoekt_balance --margin 0.1     # another margin (default 0.05)
     manage.py zoekt_balance --max-moves 20   # plan at most 20 moves
+    manage.py zoekt_balance --explain 412    # one index: where it is, where the balance
+                                             # wants it and why, and per node yes or no
+    manage.py zoekt_balance --explain 412 --json   # GET /api/v1/indices/412/balance's body
 
 Read-only: nothing is started or written; the moves are what the rebalance
 reconciler (``eviction.rebalance``) starts, a few at a time (docs/balance.md). The
@@ -20,8 +23,10 @@ import time
 from django.core.management.base import BaseCommand, CommandError
 
 from eviction.balance_data import BalanceInput
-from eviction.rebalance import balance_report
-from planner.balance import Balance, BalanceError, NodeFigures
+from eviction.rebalance import balance_report, index_balance_report
+from planner.balance import YES, Balance, BalanceError, IndexExplain, NodeFigures
+from zoekt.operator_errors import ObjectNotFound
+from zoekt.reasons import Reason
 from zoekt.units import binary_size
 
 
@@ -42,9 +47,20 @@ class Command(BaseCommand):
         parser.add_argument(
             "--max-moves", type=int, default=None, help="plan at most this many moves"
         )
+        parser.add_argument(
+            "--explain",
+            type=int,
+            default=None,
+            metavar="INDEX_ID",
+            help="explain one index: where it is, where the desired balance wants it and "
+            "why, and for every other node whether it could go there now",
+        )
 
     def handle(self, *args, **options):
         progress = _Progress(self.stderr, options["verbosity"])
+        if options["explain"] is not None:
+            self._explain(options, progress)
+            return
         try:
             fleet, balance, report = balance_report(
                 margin=options["margin"], max_moves=options["max_moves"], progress=progress
@@ -56,6 +72,24 @@ class Command(BaseCommand):
             self.stdout.write(json.dumps(report, indent=2, sort_keys=True))
             return
         self.stdout.write(render(fleet, balance, report["reconciler"]))
+
+    def _explain(self, options, progress: _Progress) -> None:
+        try:
+            _fleet, explain, report = index_balance_report(
+                options["explain"],
+                margin=options["margin"],
+                max_moves=options["max_moves"],
+                progress=progress,
+            )
+        except BalanceError as error:
+            raise CommandError(_option_error(error)) from error
+        except ObjectNotFound as error:
+            raise CommandError(f"--explain: {error.message}") from error
+        progress.finish()
+        if options["json"]:
+            self.stdout.write(json.dumps(report, indent=2, sort_keys=True))
+            return
+        self.stdout.write(render_explain(explain, report["namespace_id"], report["reconciler"]))
 
 
 def _option_error(error: BalanceError) -> str:
@@ -140,6 +174,67 @@ def render(fleet: BalanceInput, balance: Balance, reconciler: dict | None = None
             "moving twice; the next computation moves it."
         )
     lines += ["", *_reconciler_lines(reconciler)]
+    return "\n".join(lines)
+
+
+#: Why the desired balance leaves an index where it is, in words (the other codes are
+#: the index's own refusals, listed with it).
+STAYS = {
+    Reason.BALANCE_NO_TARGET_QUALIFIES: "no other node could take it now",
+    Reason.BALANCE_OTHER_MOVES_PREFERRED: "the plan's other moves balance its node first",
+    Reason.BALANCE_PLAN_CAPPED: "the plan stops at its cap of moves before it",
+}
+
+
+def render_explain(explain: IndexExplain, namespace_id: int | None, reconciler: dict) -> str:
+    """One index for an operator: where it is, where the desired balance wants it and why,
+    and per other node yes or no for a move there now, with the codes refusing it."""
+    e = explain
+    lines = [
+        f"Index {e.index_id} (namespace {namespace_id}), {binary_size(e.bytes)}, memory "
+        f"estimate {binary_size(e.memory_bytes)}: on {e.node_name} ({e.node_id}), at "
+        f"{_share(e.node_share)} ({_share(e.node_share_without)} without it); lower bound "
+        f"{_share(e.lower_bound)}, margin {e.margin:.0%}.",
+    ]
+    move = e.move
+    if move is not None:
+        lines.append(
+            f"Desired: {e.desired_node_name} ({e.desired_node_id}), move {e.move_order} of "
+            f"{e.moves_planned}; {move.reason}: source {_share(move.source_before)} → "
+            f"{_share(move.source_after)}, target {_share(move.target_before)} → "
+            f"{_share(move.target_after)}, busiest {_share(move.busiest_before)} → "
+            f"{_share(move.busiest_after)}."
+        )
+        if e.held_back:
+            lines.append("Held back there: it would move on; the next computation moves it.")
+    else:
+        words = STAYS.get(e.stays_reason or "")
+        lines.append(f"Desired: stays; {e.stays_reason}" + (f" ({words})." if words else "."))
+    if e.index_refusals:
+        lines.append(f"It may move to no node now: {', '.join(e.index_refusals)}.")
+    rows = [["node", "move now", "share now → with it", "refused by"]]
+    for entry in e.nodes:
+        why = ", ".join(entry.refusals) or ("the desired node" if entry.desired else "")
+        rows.append(
+            [
+                f"{entry.name} ({entry.node_id})",
+                entry.decision,
+                f"{_share(entry.share_now)} → {_share(entry.share_with)}",
+                why,
+            ]
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    yes = sum(1 for entry in e.nodes if entry.decision == YES)
+    lines += [
+        "",
+        f"Other nodes, for a move now ({yes} of {len(e.nodes)} could take it):",
+        *(
+            "  " + "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip()
+            for row in rows
+        ),
+        "",
+        *_reconciler_lines(reconciler),
+    ]
     return "\n".join(lines)
 
 
