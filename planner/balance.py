@@ -20,7 +20,9 @@ target qualifies when
 
 * the target passes every placement rule: it may receive (the caller's flag:
   online, a search node, not cooling down, not in maintenance), holds no index of
-  the namespace (so the replicas of a namespace stay on distinct nodes), stays
+  the namespace (so the replicas of a namespace stay on distinct nodes), with zones
+  set is not in a zone that holds another replica of the namespace unless the
+  index's own zone does already (so the replicas stay in distinct zones), stays
   under the disk ceiling (used + the index < ``disk_ceiling`` of its disk, 70 % by
   default, as a move's target must) and, with memory on, has memory room under its
   budget's high memory watermark (``_Fleet.target_refusal``, in the order and with
@@ -123,6 +125,9 @@ class BalanceNode:
     receiving: bool = True
     #: Why it may not receive (a stable code), when it may not.
     not_receiving_reason: str | None = None
+    #: Its failure domain (the operator's), or None. With zones set, no move puts two
+    #: replicas of a namespace in one zone (``_Fleet.target_refusal``).
+    zone: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -379,6 +384,7 @@ class _Fleet:
         "options",
         "used",
         "where",
+        "zoned",
     )
 
     def __init__(
@@ -405,6 +411,27 @@ class _Fleet:
             if index.enabled_namespace_id is not None:
                 self.holders.setdefault(index.enabled_namespace_id, set()).add(index.node_id)
             self.where[index.id] = index.node_id
+        #: With zones: per enabled namespace, its replicas' indices (the zone rule's
+        #: reading); None without zones, and the rule costs nothing.
+        self.zoned: dict[int, list[int]] | None = None
+        if any(node.zone is not None for node in nodes.values()):
+            self.zoned = {}
+            for index in indices.values():
+                if index.enabled_namespace_id is not None and index.replica_id is not None:
+                    self.zoned.setdefault(index.enabled_namespace_id, []).append(index.id)
+
+    def zone_holds_other_replica(self, index_id: int, zone: str | None) -> bool:
+        """Whether a node in ``zone`` holds an index of another replica of the index's
+        namespace (as the layout stands). A node without a zone shares it with none."""
+        if zone is None or self.zoned is None:
+            return False
+        index = self.indices[index_id]
+        nodes = self.nodes
+        for other_id in self.zoned.get(index.enabled_namespace_id, ()):  # type: ignore[arg-type]
+            other = self.indices[other_id]
+            if other.replica_id != index.replica_id and nodes[self.where[other_id]].zone == zone:
+                return True
+        return False
 
     def budget(self, node_id: int) -> int | None:
         return self.nodes[node_id].memory_budget_bytes if self.memory else None
@@ -463,6 +490,14 @@ class _Fleet:
             return node.not_receiving_reason or str(Reason.BALANCE_TARGET_NOT_RECEIVING)
         if node_id in self.holders[index.enabled_namespace_id]:
             return str(Reason.MOVE_TARGET_HOLDS_NAMESPACE)
+        if (
+            self.zoned is not None
+            and self.zone_holds_other_replica(index_id, node.zone)
+            and not self.zone_holds_other_replica(index_id, self.nodes[self.where[index_id]].zone)
+        ):
+            # Two replicas in one zone that were not: never a move of the balance's
+            # (one already sharing its zone may move to another shared one).
+            return str(Reason.MOVE_TARGET_ZONE_HOLDS_REPLICA)
         if node.total_bytes <= 0:
             return str(Reason.MOVE_TARGET_NO_DISK_ROOM)
         budget = self.budget(node_id)

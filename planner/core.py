@@ -403,6 +403,8 @@ class _Run(MemoryDimension):
             for position in self.zone_blocked:
                 exhausted.discard(position)
             self.zone_blocked = []
+            if self.log is not None:
+                self.log.zone_excluded.pop((ns_plan.namespace_id, replica_idx), None)
             ns_plan.warnings.append(
                 PlanIssue(
                     ns_plan.namespace_id,
@@ -418,6 +420,9 @@ class _Run(MemoryDimension):
             if position not in exhausted:
                 exhausted.add(position)
                 self.zone_blocked.append(position)
+        if self.log is not None and self.zone_blocked:
+            key = (ns_plan.namespace_id, replica_idx)
+            self.log.zone_excluded[key] = frozenset(self.zone_blocked)
 
     def _exclude_existing(self, namespace: Namespace) -> None:
         """One index per namespace and node: the nodes that hold an index of
@@ -519,6 +524,9 @@ class _Run(MemoryDimension):
             # The last rule given up: replicas in distinct zones.
             error = self._abandon_attempt(ns_plan, namespace)
             self.zoning = False
+            if self.log is not None:
+                for replica_idx in range(missing):
+                    self.log.zone_excluded.pop((ns_plan.namespace_id, replica_idx), None)
             largest = self._simulate_replicas(ns_plan, data, missing, self.fits[False], None)
             given_up.append(self._zones_abandoned(ns_plan, error))
         if given_up and not ns_plan.errors:

@@ -289,6 +289,10 @@ class DecisionLog:
     #: ``balanced`` only: per dimension, per candidate position, what the node's
     #: room is scored against (its disk size; its memory budget, infinite: none).
     capacity: dict[str, list[int | float]] | None = None
+    #: With zones: per (namespace id, replica_idx), the candidate positions the zone
+    #: rule set aside for that replica (their zone holds another replica of the
+    #: namespace). They are in the decisions' ``exhausted`` sets; explain tells them apart.
+    zone_excluded: dict[tuple[int, int], frozenset[int]] = field(default_factory=dict)
 
     def score(
         self, available: Mapping[str, int | None], position: int, dims: Iterable[str]
