@@ -280,7 +280,7 @@ def test_explain_names_the_zone_rule_apart_from_the_namespace_s_own_nodes():
     result = plan(parse_scenario(scenario(nodes, namespaces(1, replicas=2))))
     (explained,) = explain(result)
 
-    second = [d for d in explained["decisions"] if d["replica_idx"] == 1][0]
+    second = next(d for d in explained["decisions"] if d["replica_idx"] == 1)
     assert second["node_id"] == 3
     reasons = {
         entry["node_id"]: [r["reason"] for r in entry["reasons"]] for entry in second["passed_over"]
