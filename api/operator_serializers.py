@@ -315,9 +315,10 @@ class ZoneShutdownRequestSerializer(StrictSerializer):
     zone (one record per node)."""
 
     type = serializers.ChoiceField(
-        choices=["restart", "remove"],
+        choices=["restart", "remove", "replace"],
         help_text="`restart` (each node comes back with its data) or `remove` (drain every "
-        "node of the zone: every index is moved to a node outside it).",
+        "node of the zone: every index is moved to a node outside it). `replace` is one "
+        "node's and is refused here (400 naming `type`).",
     )
     reason = serializers.CharField(
         max_length=2000, help_text="Why, for the record (an upgrade, a host reboot)."
@@ -331,10 +332,19 @@ class ZoneShutdownRequestSerializer(StrictSerializer):
     )
 
 
+class ZoneField(serializers.CharField):
+    """A zone label: a JSON string (a number is not coerced to one), or null."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
 class NodeZoneSerializer(StrictSerializer):
     """``PATCH /api/v1/nodes/:id``: the node's zone (its failure domain), or null for none."""
 
-    zone = serializers.CharField(
+    zone = ZoneField(
         allow_null=True,
         allow_blank=True,
         max_length=ZONE_MAX_LENGTH,

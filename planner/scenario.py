@@ -546,9 +546,7 @@ def _parse_namespaces(value: Any, path: str) -> tuple[Namespace, ...]:
                     if node_ids is None or node_ids == []
                     else _parse_node_ids(node_ids, f"{path}[{i}].existing_node_ids"),
                     columns,
-                    ()
-                    if zones is None or zones == []
-                    else _parse_zones(zones, f"{path}[{i}].existing_zones"),
+                    _parse_zones(zones, f"{path}[{i}].existing_zones") if zones else (),
                 )
             )
             continue
@@ -579,11 +577,8 @@ def _parse_namespaces(value: Any, path: str) -> tuple[Namespace, ...]:
         all_columns, columns = _parse_projects(obj.get("projects"), f"{p}.projects")
         node_ids = _parse_node_ids(obj.get("existing_node_ids"), f"{p}.existing_node_ids")
         zones = _parse_zones(obj.get("existing_zones"), f"{p}.existing_zones")
-        namespaces.append(
-            Namespace(
-                enabled_id, root_id, replicas, existing, all_columns, node_ids, columns, zones
-            )
-        )
+        fields = (enabled_id, root_id, replicas, existing, all_columns, node_ids, columns, zones)
+        namespaces.append(Namespace(*fields))
     return tuple(namespaces)
 
 

@@ -519,8 +519,11 @@ class NodeAdmin(AuditedSaveMixin, SaveChangedFieldsMixin, admin.ModelAdmin):
     def has_add_permission(self, request):
         return False  # nodes register themselves with their first heartbeat
 
-    # The zone is a short label: one line, not a text area.
-    formfield_overrides = {models.TextField: {"widget": forms.TextInput(attrs={"size": 30})}}
+    # The zone (the one editable text column) is a short label: one line, not a text
+    # area, and left empty it is no zone (NULL), as the database's check wants.
+    formfield_overrides = {
+        models.TextField: {"widget": forms.TextInput(attrs={"size": 30}), "empty_value": None}
+    }
 
     def audit_action(self, change: bool) -> str:
         return Action.NODE_UPDATED  # the storage lock and the zone, the operator's fields
