@@ -7,6 +7,7 @@ node's live record writes nothing at all."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from io import StringIO
 
 import pytest
@@ -386,3 +387,24 @@ def test_the_cli_shows_sets_and_clears_a_node_s_zone(fleet):
     assert zones()[node.id] == "eu-2"
     run("zone", "zoekt-free", "--clear")
     assert zones()[node.id] is None
+
+
+def test_a_holder_that_is_not_a_candidate_gives_its_zone_in_existing_zones(now):
+    app_settings.update(zoekt_indexing_enabled=True)
+    zoned("zoekt-a", "a", total_bytes=100 * GIB, used_bytes=GIB)
+    away = zoned("zoekt-away", "c", total_bytes=100 * GIB, used_bytes=GIB)
+    Node.objects.filter(pk=away.pk).update(last_seen_at=now - timedelta(days=2))
+    enabled = EnabledNamespaceFactory(root_namespace=GroupFactory())
+    Index.objects.create(
+        zoekt_enabled_namespace=enabled,
+        zoekt_node=away,
+        namespace_id=enabled.root_namespace_id,
+        state=Index.State.EVICTED,
+    )
+
+    scenario = load_scenario(SelectionService(now=now).execute())
+
+    assert away.id not in {entry["id"] for entry in scenario["nodes"]}
+    (entry,) = [ns for ns in scenario["namespaces"] if ns["enabled_namespace_id"] == enabled.id]
+    assert entry["existing_node_ids"] == [away.id]
+    assert entry["existing_zones"] == ["c"]
