@@ -14,13 +14,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from django.core.validators import RegexValidator
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from api.errors import flatten_errors
 from api.serializers import StrictSerializer
 from zoekt import catalog, shutdowns
-from zoekt.models import Namespace, ProjectFeature
+from zoekt.models import ZONE_MAX_LENGTH, ZONE_PATTERN, Namespace, ProjectFeature
+
+ZONE_MESSAGE = (
+    "A zone is 1 to 63 letters, digits, '.', '_' or '-', starting with a letter or digit."
+)
 
 MAX_INT = 2**31 - 1
 # Rows per table in one catalog batch.
@@ -303,6 +308,60 @@ class NodeShutdownRequestSerializer(StrictSerializer):
         help_text="A replace only (and required there): the node that receives the data; "
         "another search node without a live shutdown record of its own.",
     )
+
+
+class ZoneShutdownRequestSerializer(StrictSerializer):
+    """``PUT /api/v1/zones/:zone/shutdown``: a restart or a removal of every node in the
+    zone (one record per node)."""
+
+    type = serializers.ChoiceField(
+        choices=["restart", "remove", "replace"],
+        help_text="`restart` (each node comes back with its data) or `remove` (drain every "
+        "node of the zone: every index is moved to a node outside it). `replace` is one "
+        "node's and is refused here (400 naming `type`).",
+    )
+    reason = serializers.CharField(
+        max_length=2000, help_text="Why, for the record (an upgrade, a host reboot)."
+    )
+    allowed_delay = serializers.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=shutdowns.MAX_ALLOWED_DELAY_SECONDS,
+        help_text="A restart only: seconds each node is left alone while it restarts; "
+        "default the setting `zoekt_node_restart_delay_seconds` (1800).",
+    )
+
+
+class ZoneField(serializers.CharField):
+    """A zone label: a JSON string (a number is not coerced to one), or null."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class NodeZoneSerializer(StrictSerializer):
+    """``PATCH /api/v1/nodes/:id``: the node's zone (its failure domain), or null for none."""
+
+    zone = ZoneField(
+        allow_null=True,
+        allow_blank=True,
+        max_length=ZONE_MAX_LENGTH,
+        trim_whitespace=True,
+        validators=[RegexValidator(ZONE_PATTERN, ZONE_MESSAGE)],
+        help_text="1 to 63 letters, digits, `.`, `_` or `-`, starting with a letter or "
+        "digit (`us-east-1a`, `rack-3`); null or empty: no zone.",
+    )
+
+    def validate_zone(self, value):
+        return value or None
+
+
+class NodeZoneReplySerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    name = serializers.CharField()
+    zone = serializers.CharField(allow_null=True)
 
 
 class DrainProgressSerializer(serializers.Serializer):

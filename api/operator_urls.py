@@ -33,6 +33,12 @@ urlpatterns = [
         views.NodeShutdownView.as_view(),
         name="node-shutdown",
     ),
+    path("api/v1/nodes/<int:node_id>", views.NodeView.as_view(), name="node"),
+    path(
+        "api/v1/zones/<str:zone>/shutdown",
+        views.ZoneShutdownView.as_view(),
+        name="zone-shutdown",
+    ),
     path(
         "api/v1/catalog/bulk_upsert",
         views.CatalogBulkUpsertView.as_view(),

@@ -698,3 +698,139 @@ class NodeShutdownView(OperatorAPIView):
             node_id, cancelled_by=request.user.username, actor=api_actor(request)
         )
         return Response(shutdowns.describe(record))
+
+
+# --- PATCH /api/v1/nodes/:node_id: the node's zone ------------------------------------------------
+
+
+class NodeView(OperatorAPIView):
+    """The operator's settings of one node: its zone (docs/planner.md, "Zones")."""
+
+    @extend_schema(
+        operation_id="node_update",
+        summary="Set or clear a node's zone (its failure domain)",
+        description=(
+            "The zone is the operator's: GitLab's nodes report none. With zones set, the "
+            "replicas of a namespace go to distinct zones where the zones allow it (a "
+            "`zone_shared` warning in the plan where they do not), moves prefer a zone no "
+            "other replica of the namespace occupies, and the desired balance never breaks "
+            "the rule. null or an empty string clears it. A 400 names `zone` for a label "
+            "that is not one (1 to 63 letters, digits, `.`, `_` or `-`, starting with a "
+            "letter or digit). Recorded in the audit trail."
+        ),
+        tags=TAG_ADMIN,
+        parameters=[NODE_ID_PARAMETER],
+        request=s.NodeZoneSerializer,
+        responses={
+            200: s.NodeZoneReplySerializer,
+            400: _error("Bad input, naming the field (`zone`)"),
+            **COMMON_ERRORS,
+            404: _error("No such node"),
+        },
+        examples=[
+            OpenApiExample("Set", value={"zone": "eu-west-1a"}, request_only=True),
+            OpenApiExample("Clear", value={"zone": None}, request_only=True),
+        ],
+    )
+    def patch(self, request, node_id: int):
+        serializer = s.NodeZoneSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        if "zone" not in serializer.validated_data:
+            raise exceptions.ValidationError({"zone": ["This field is required."]})
+        node = operator_actions.do_set_node_zone(
+            node_id, serializer.validated_data["zone"], actor=api_actor(request)
+        )
+        return Response({"id": node.id, "name": node.name, "zone": node.zone})
+
+
+# --- /api/v1/zones/:zone/shutdown: every node of a zone ---------------------------------------
+
+
+ZONE_PARAMETER = OpenApiParameter(
+    "zone", OpenApiTypes.STR, OpenApiParameter.PATH, description="The zone's label."
+)
+
+
+class ZoneShutdownView(NodeShutdownView):
+    """The node shutdown API for every node of a zone: one record per node."""
+
+    @extend_schema(
+        operation_id="zone_shutdown_request",
+        summary="Restart or drain every node of a zone",
+        description=(
+            "One shutdown record per node of the zone, each the node's own request (the "
+            "same rules as `PUT /api/v1/nodes/:id/shutdown`), written together or not at "
+            "all. `remove` drains every node of the zone: its indices move to nodes outside "
+            "it, each swapped in only once its replacement serves, so no namespace loses "
+            "its ready copy; it is refused (400 naming `zone`) when no search node outside "
+            "the zone is in service to receive them. A `replace` is one node's (400 naming "
+            "`type`). 404 when no node is in the zone; 409 naming `zone` when one of its "
+            "nodes has a live record already."
+        ),
+        tags=TAG_ADMIN,
+        parameters=[ZONE_PARAMETER],
+        request=s.ZoneShutdownRequestSerializer,
+        responses={
+            201: s.NodeShutdownSerializer(many=True),
+            400: _error("Bad input, naming the field (`type`, `reason`, `allowed_delay`, `zone`)"),
+            **COMMON_ERRORS,
+            404: _error("No node in the zone"),
+            409: _error("A node of the zone already has a live shutdown record"),
+        },
+        examples=[
+            OpenApiExample(
+                "Drain a zone",
+                value={"type": "remove", "reason": "zone eu-west-1a retired"},
+                request_only=True,
+            ),
+        ],
+    )
+    def put(self, request, zone: str):
+        serializer = s.ZoneShutdownRequestSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        records = shutdowns.do_request_zone_shutdown(
+            zone,
+            type=data["type"],
+            reason=data["reason"],
+            requested_by=request.user.username,
+            allowed_delay=data.get("allowed_delay"),
+            actor=api_actor(request),
+        )
+        return Response(
+            [shutdowns.describe(record) for record in records], status=status.HTTP_201_CREATED
+        )
+
+    @extend_schema(
+        operation_id="zone_shutdown_status",
+        summary="The shutdown records of a zone's nodes: each node's live one, else its latest",
+        tags=TAG_ADMIN,
+        parameters=[ZONE_PARAMETER],
+        responses={
+            200: s.NodeShutdownSerializer(many=True),
+            **COMMON_ERRORS,
+            404: _error("No node of the zone has a shutdown record"),
+        },
+    )
+    def get(self, request, zone: str):
+        records = shutdowns.zone_records(zone)
+        if not records:
+            raise exceptions.NotFound({"zone": [f"no node of zone {zone} has a shutdown record."]})
+        return Response([shutdowns.describe(record) for record in records])
+
+    @extend_schema(
+        operation_id="zone_shutdown_cancel",
+        summary="Cancel the live records of a zone's nodes, or return its drained nodes",
+        tags=TAG_ADMIN,
+        parameters=[ZONE_PARAMETER],
+        responses={
+            200: s.NodeShutdownSerializer(many=True),
+            **COMMON_ERRORS,
+            404: _error("No node in the zone, or none with anything to cancel"),
+        },
+    )
+    def delete(self, request, zone: str):
+        records = shutdowns.do_cancel_zone_shutdown(
+            zone, cancelled_by=request.user.username, actor=api_actor(request)
+        )
+        return Response([shutdowns.describe(record) for record in records])

@@ -153,6 +153,7 @@ def balance_input(
                 memory_budget_bytes=_budget(node, settings),
                 receiving=refusal is None,
                 not_receiving_reason=None if refusal is None else str(refusal),
+                zone=node.zone,
             )
         )
     offline = {n.id for n in nodes if n.not_receiving_reason == Reason.MOVE_TARGET_OFFLINE}

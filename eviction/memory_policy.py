@@ -45,6 +45,8 @@ class MemoryNode:
     inbound_estimate_bytes: int = 0
     #: A live move leaves it.
     moving_out: bool = False
+    #: Its failure domain, or None.
+    zone: str | None = None
 
     @property
     def percent(self) -> float | None:
@@ -60,6 +62,7 @@ class MemoryIndex:
     used_bytes: int
     #: It is a live move's source, or its namespace moved in the last 24 h.
     excluded: bool = False
+    replica_id: int | None = None
 
 
 @dataclass
@@ -95,11 +98,14 @@ def decide(
     sustain_seconds: int,
     now: datetime,
     disk_ceiling: float = 0.70,
+    replica_zones: dict[int, list[tuple[int | None, str]]] | None = None,
 ) -> list[Choice]:
     """One choice per node over the high memory watermark (pure).
 
     ``holding``: enabled namespace id → the node ids holding an index of it
-    (any state: a row keeps its node's slot)."""
+    (any state: a row keeps its node's slot). ``replica_zones``: enabled namespace
+    id → (replica id, zone) of each of its indices on a node with a zone; a target
+    outside the zones of the index's other replicas is preferred."""
     _low, high, critical = capacity.memory_watermark_limits()
     band = high - capacity.EVICTION_HYSTERESIS
     nodes = list(nodes)
@@ -137,7 +143,14 @@ def decide(
         for position, index in enumerate(ranked):
             if position > 0 and index.estimate_bytes < needed:
                 break
-            target = _target(index, nodes, holding, band=band, disk_ceiling=disk_ceiling, now=now)
+            taken = {
+                zone
+                for replica_id, zone in (replica_zones or {}).get(index.enabled_namespace_id, ())
+                if replica_id is not None and replica_id != index.replica_id
+            }
+            target = _target(
+                index, nodes, holding, band=band, disk_ceiling=disk_ceiling, now=now, taken=taken
+            )
             if target is not None:
                 choice = Choice(
                     node.id,
@@ -163,13 +176,16 @@ def _target(
     band: float,
     disk_ceiling: float,
     now: datetime,
+    taken: set[str] | frozenset[str] = frozenset(),
 ) -> tuple[float, int] | None:
     """(memory share after, node id) of the node that takes it and is then the least
     allocated (``planner.filters.node_score`` of disk and memory, the balanced
-    placement's score; ties by id)."""
+    placement's score; ties by id). A node outside the zones ``taken`` by the
+    namespace's other replicas comes first (docs/planner.md, "Zones")."""
+    zones_taken = taken
     taken = holding.get(index.enabled_namespace_id, set())
     best = None
-    best_key: tuple[float, int] | None = None
+    best_key: tuple[bool, float, int] | None = None
     for node in nodes:
         if node.id == index.node_id or node.id in taken or not node.budget_bytes:
             continue
@@ -189,7 +205,8 @@ def _target(
             },
             {DISK: node.total_bytes, MEMORY: node.budget_bytes},
         )
-        if best_key is None or (score, -node.id) > best_key:
-            best_key = (score, -node.id)
+        key = (node.zone is None or node.zone not in zones_taken, score, -node.id)
+        if best_key is None or key > best_key:
+            best_key = key
             best = (after, node.id)
     return best

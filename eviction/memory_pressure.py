@@ -128,6 +128,7 @@ def run_memory_pressure(*, now: datetime | None = None) -> dict[str, Any]:
                 inbound_bytes=inbound_bytes.get(node.id, 0),
                 inbound_estimate_bytes=inbound_estimates.get(node.id, 0),
                 moving_out=node.id in moving_out,
+                zone=node.zone,
             )
         )
     pressed = [n.id for n in nodes if (n.percent or 0) >= memory.MEMORY_WATERMARK_LIMIT_HIGH]
@@ -136,7 +137,13 @@ def run_memory_pressure(*, now: datetime | None = None) -> dict[str, Any]:
     candidates = list(
         Index.objects.filter(
             zoekt_node_id__in=pressed, state=Index.State.READY, zoekt_replica__isnull=False
-        ).values_list("id", "zoekt_node_id", "zoekt_enabled_namespace_id", "used_storage_bytes")
+        ).values_list(
+            "id",
+            "zoekt_node_id",
+            "zoekt_enabled_namespace_id",
+            "used_storage_bytes",
+            "zoekt_replica_id",
+        )
     )
     sizes = memory.repository_bytes_by_index([row[0] for row in candidates])
     recently = set(
@@ -154,18 +161,25 @@ def run_memory_pressure(*, now: datetime | None = None) -> dict[str, Any]:
             ),
             used_bytes=used or 0,
             excluded=enabled_id in recently,
+            replica_id=replica_id,
         )
-        for index_id, node_id, enabled_id, used in candidates
+        for index_id, node_id, enabled_id, used, replica_id in candidates
     ]
     holding: dict[int, set[int]] = {}
-    for enabled_id, node_id in Index.objects.filter(
+    replica_zones: dict[int, list[tuple[int | None, str]]] = {}
+    for enabled_id, node_id, replica_id, zone in Index.objects.filter(
         zoekt_enabled_namespace_id__in={i.enabled_namespace_id for i in indices}
-    ).values_list("zoekt_enabled_namespace_id", "zoekt_node_id"):
+    ).values_list(
+        "zoekt_enabled_namespace_id", "zoekt_node_id", "zoekt_replica_id", "zoekt_node__zone"
+    ):
         holding.setdefault(enabled_id, set()).add(node_id)
+        if zone is not None:
+            replica_zones.setdefault(enabled_id, []).append((replica_id, zone))
     choices = decide(
         nodes,
         indices,
         holding=holding,
+        replica_zones=replica_zones,
         sustain_seconds=settings.eviction_sustain_seconds,
         now=now,
     )

@@ -376,23 +376,33 @@ def choose_target(
     is room, a pending one holds the planner's buffer), so unclaimed storage
     says "full" long before the disk is. Among the nodes left, the least
     allocated by that projection (``planner.filters.share_left``, the balanced
-    placement's score, of the disk it would have free); ties by id.
+    placement's score, of the disk it would have free); ties by id. With zones set,
+    a node outside every zone that holds another replica of the namespace comes
+    before any node inside one (``TargetFacts.zones_taken``): a replica goes into
+    such a zone only when no other zone can take it (docs/planner.md, "Zones").
     """
     nodes = list(Node.objects.all())
     facts = target_facts(index, size_bytes, nodes, ceiling=ceiling, settings=settings, now=now)
-    best: tuple[float, int, Node] | None = None
-    skipped_busy = False
+    best: tuple[bool, float, int, Node] | None = None
+    skipped_busy = waits_for_zone = False
+    taken = facts.zones_taken
     for node in nodes:
         if node.id in avoid or target_refusal(node, facts) is not None:
             continue
         after = node.used_bytes + facts.inbound.get(node.id, 0) + size_bytes
         score = share_left(node.total_bytes - after, node.total_bytes)
+        free_zone = node.zone is None or node.zone not in taken
         if node.id in busy:
             skipped_busy = True
+            waits_for_zone = waits_for_zone or free_zone
             continue
-        if best is None or (score, -node.id) > best[:2]:
-            best = (score, -node.id, node)
-    return (None if best is None else best[2]), skipped_busy
+        key = (free_zone, score, -node.id)
+        if best is None or key > best[:3]:
+            best = (*key, node)
+    if best is not None and not best[0] and waits_for_zone:
+        # A node in a free zone could take it once it has a slot: wait for it.
+        return None, True
+    return (None if best is None else best[3]), skipped_busy
 
 
 @dataclass(frozen=True)
@@ -418,6 +428,9 @@ class TargetFacts:
     memory_budget: int | None
     #: Whether a node's memory takes the index (``_memory_room``), with memory planning on.
     room: Callable[[Node], bool] | None
+    #: The zones of the nodes holding an index of another replica of the namespace: a
+    #: target outside them is preferred (``choose_target``), not required.
+    zones_taken: frozenset[str] = frozenset()
 
 
 def target_facts(
@@ -432,16 +445,22 @@ def target_facts(
     """The facts ``target_refusal`` needs for ``index`` going to any of ``nodes``."""
     configured = settings.node_memory_budget_bytes
     restarting, shutting_down = out_of_service(now)
+    held = Index.objects.filter(
+        zoekt_enabled_namespace_id=index.zoekt_enabled_namespace_id
+    ).values_list("zoekt_node_id", "zoekt_replica_id", "zoekt_node__zone")
+    holding = []
+    zones_taken = set()
+    for node_id, replica_id, zone in held:
+        holding.append(node_id)
+        if zone is not None and replica_id is not None and replica_id != index.zoekt_replica_id:
+            zones_taken.add(zone)
     return TargetFacts(
         index=index,
         size_bytes=size_bytes,
         ceiling=ceiling,
         now=now,
-        holding=frozenset(
-            Index.objects.filter(
-                zoekt_enabled_namespace_id=index.zoekt_enabled_namespace_id
-            ).values_list("zoekt_node_id", flat=True)
-        ),
+        holding=frozenset(holding),
+        zones_taken=frozenset(zones_taken),
         restarting=restarting,
         shutting_down=shutting_down,
         inbound=live_bytes_by_node("target_node_id"),

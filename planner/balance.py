@@ -20,7 +20,10 @@ target qualifies when
 
 * the target passes every placement rule: it may receive (the caller's flag:
   online, a search node, not cooling down, not in maintenance), holds no index of
-  the namespace (so the replicas of a namespace stay on distinct nodes), stays
+  the namespace (so the replicas of a namespace stay on distinct nodes), with zones
+  set does not put the index's replica in a zone that holds another replica of
+  the namespace unless the replica leaves such a zone by the move (so the
+  replicas stay in distinct zones), stays
   under the disk ceiling (used + the index < ``disk_ceiling`` of its disk, 70 % by
   default, as a move's target must) and, with memory on, has memory room under its
   budget's high memory watermark (``_Fleet.target_refusal``, in the order and with
@@ -135,6 +138,9 @@ class BalanceNode:
     receiving: bool = True
     #: Why it may not receive (a stable code), when it may not.
     not_receiving_reason: str | None = None
+    #: Its failure domain (the operator's), or None. With zones set, no move puts two
+    #: replicas of a namespace in one zone (``_Fleet.target_refusal``).
+    zone: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -394,6 +400,7 @@ class _Fleet:
         "options",
         "used",
         "where",
+        "zoned",
     )
 
     def __init__(
@@ -420,6 +427,45 @@ class _Fleet:
             if index.enabled_namespace_id is not None:
                 self.holders.setdefault(index.enabled_namespace_id, set()).add(index.node_id)
             self.where[index.id] = index.node_id
+        #: With zones: per enabled namespace, its replicas' indices (the zone rule's
+        #: reading); None without zones, and the rule costs nothing.
+        self.zoned: dict[int, list[int]] | None = None
+        if any(node.zone is not None for node in nodes.values()):
+            self.zoned = {}
+            for index in indices.values():
+                if index.enabled_namespace_id is not None and index.replica_id is not None:
+                    self.zoned.setdefault(index.enabled_namespace_id, []).append(index.id)
+
+    def zone_company(self, index_id: int, zone: str | None) -> tuple[bool, bool]:
+        """Who else of the index's namespace a node in ``zone`` holds (as the layout
+        stands): (an index of another replica, another index of its own replica). A
+        node without a zone shares it with none."""
+        if zone is None or self.zoned is None:
+            return False, False
+        index = self.indices[index_id]
+        nodes = self.nodes
+        other = own = False
+        for other_id in self.zoned.get(index.enabled_namespace_id, ()):  # type: ignore[arg-type]
+            if other_id == index_id or nodes[self.where[other_id]].zone != zone:
+                continue
+            if self.indices[other_id].replica_id == index.replica_id:
+                own = True
+            else:
+                other = True
+        return other, own
+
+    def adds_zone_clash(self, index_id: int, node_id: int) -> bool:
+        """Whether moving the index to ``node_id`` puts its replica in a zone another
+        replica of the namespace occupies, without taking it out of one: the number of
+        replicas sharing a zone would grow."""
+        zone = self.nodes[node_id].zone
+        other, own = self.zone_company(index_id, zone)
+        if not other or own:
+            return False  # a free zone, or its replica is there already
+        source = self.nodes[self.where[index_id]].zone
+        left_other, left_own = self.zone_company(index_id, source)
+        # It leaves a shared zone for good: one clash for another.
+        return not (left_other and not left_own)
 
     def budget(self, node_id: int) -> int | None:
         return self.nodes[node_id].memory_budget_bytes if self.memory else None
@@ -483,6 +529,10 @@ class _Fleet:
             yield node.not_receiving_reason or str(Reason.BALANCE_TARGET_NOT_RECEIVING)
         if node_id in self.holders[index.enabled_namespace_id]:
             yield str(Reason.MOVE_TARGET_HOLDS_NAMESPACE)
+        if self.zoned is not None and self.adds_zone_clash(index_id, node_id):
+            # Two replicas in one zone that were not: never a move of the balance's
+            # (one already sharing its zone may move to another shared one).
+            yield str(Reason.MOVE_TARGET_ZONE_HOLDS_REPLICA)
         if node.total_bytes <= 0:
             yield str(Reason.MOVE_TARGET_NO_DISK_ROOM)
         budget = self.budget(node_id)

@@ -67,6 +67,8 @@ from planner.plan import (
     NO_NODE,
     NODE_UNAVAILABLE,
     UNCHANGED,
+    ZONE_SHARED,
+    ZONE_SPREAD_ABANDONED,
     Decision,
     DecisionLog,
     NamespacePlan,
@@ -200,6 +202,24 @@ class _Run(MemoryDimension):
         if self.memory:
             self._init_memory(scenario, memory_aware)
         self.exhausted = Exhausted(self.trees)
+        self._init_zones(scenario)
+
+    def _init_zones(self, scenario: Scenario) -> None:
+        """The zone rule's records (docs/planner.md, "Zones"), only when some node has
+        a zone: ``zones`` stays ``None`` otherwise, and nothing else of the run reads
+        zones (the plan is then GitLab's, byte for byte)."""
+        self.zones: list[str | None] | None = None
+        #: Whether the namespace being planned keeps its replicas in distinct zones.
+        self.zoning = False
+        self.zone_positions: dict[str, list[int]] = {}
+        self.namespace_zones: tuple[str, ...] = ()
+        #: The positions the zone rule excluded for the namespace being planned.
+        self.zone_blocked: list[int] = []
+        if any(node.zone is not None for node in scenario.nodes):
+            self.zones = [node.zone for node in scenario.nodes]
+            for position, zone in enumerate(self.zones):
+                if zone is not None:
+                    self.zone_positions.setdefault(zone, []).append(position)
 
     def _init_strategy(self, scenario: Scenario) -> None:
         """The node search: ``first_fit``, the first candidate with room (GitLab's);
@@ -318,17 +338,91 @@ class _Run(MemoryDimension):
             return
         if namespace.existing_node_ids:
             self._exclude_existing(namespace)
+        if self.zones is not None:
+            self._start_zoning(namespace, desired - existing)
         if namespace.has_projects:
             self._plan_projects(ns_plan, namespace, desired - existing)
         else:
             try:
                 for replica_idx in range(desired - existing):
+                    if self.zoning:
+                        self._avoid_zones(ns_plan, replica_idx)
                     self._empty_replica(ns_plan, replica_idx)
             finally:
                 self.exhausted.release()
+        self.zoning = False
         if len(ns_plan.errors) > 1:
             # GitLab keeps the unique errors, first occurrence first.
             ns_plan.errors = list(dict.fromkeys(ns_plan.errors))
+
+    def _start_zoning(self, namespace: Namespace, missing: int) -> None:
+        """Whether the zone rule applies to the namespace: it has replicas to place
+        and more than one replica in all, or an existing copy in a zone."""
+        zones = self.zones
+        assert zones is not None
+        existing = list(namespace.existing_zones)
+        for node_id in namespace.existing_node_ids:
+            position = self.position_of.get(node_id)
+            if position is not None and zones[position] is not None:
+                existing.append(zones[position])  # type: ignore[arg-type]
+        self.namespace_zones = tuple(dict.fromkeys(existing))
+        self.zoning = missing > 1 or (missing == 1 and bool(self.namespace_zones))
+
+    def _zones_taken(self, ns_plan: NamespacePlan) -> list[str]:
+        """The zones the namespace's other replicas occupy: those of its existing
+        copies and those of the replicas planned so far in this run."""
+        zones = self.zones
+        assert zones is not None
+        taken = dict.fromkeys(self.namespace_zones)
+        position_of = self.position_of
+        for replica in ns_plan.replicas:
+            for index in replica.indices:
+                zone = zones[position_of[index.node_id]]
+                if zone is not None:
+                    taken[zone] = None
+        return list(taken)
+
+    def _avoid_zones(self, ns_plan: NamespacePlan, replica_idx: int) -> None:
+        """Before a replica: exclude, for the rest of the namespace's plan, every node
+        in a zone another replica of the namespace occupies, when some node the
+        namespace may still use lies outside them (a node without a zone always
+        does). When none does, the replica shares a zone: a warning, never an error.
+        Zones only accumulate within a namespace, so an exclusion never has to be
+        lifted before the namespace is planned."""
+        if replica_idx == 0:
+            self.zone_blocked = []
+        taken = self._zones_taken(ns_plan)
+        if not taken:
+            return
+        avoid = [position for zone in taken for position in self.zone_positions.get(zone, ())]
+        exhausted = self.exhausted
+        blocked = set(avoid)
+        if all(p in blocked or p in exhausted for p in range(len(self.node_ids))):
+            # The nodes kept from earlier replicas' zones are usable again: this
+            # replica shares a zone whichever it takes.
+            for position in self.zone_blocked:
+                exhausted.discard(position)
+            self.zone_blocked = []
+            if self.log is not None:
+                self.log.zone_excluded.pop((ns_plan.namespace_id, replica_idx), None)
+            ns_plan.warnings.append(
+                PlanIssue(
+                    ns_plan.namespace_id,
+                    replica_idx,
+                    ZONE_SHARED,
+                    f"Every node the replica could use is in a zone another replica of the "
+                    f"namespace occupies ({', '.join(sorted(taken))}): the replica is placed "
+                    "anyway and shares a zone",
+                )
+            )
+            return
+        for position in avoid:
+            if position not in exhausted:
+                exhausted.add(position)
+                self.zone_blocked.append(position)
+        if self.log is not None and self.zone_blocked:
+            key = (ns_plan.namespace_id, replica_idx)
+            self.log.zone_excluded[key] = frozenset(self.zone_blocked)
 
     def _exclude_existing(self, namespace: Namespace) -> None:
         """One index per namespace and node: the nodes that hold an index of
@@ -379,12 +473,15 @@ class _Run(MemoryDimension):
             data[4] if data[3] is None else sum(data[2])
         )
         ceilings = self.disk_ceilings if bind else None
-        if aware or bind:
+        zoned = self.zoning
+        if aware or bind or zoned:
             self._begin_attempt()
         fit = self.fits[aware]
         if missing == 1:
             # One replica (most namespaces): ``_simulate_replicas`` without its loop.
             try:
+                if zoned:
+                    self._avoid_zones(ns_plan, 0)
                 stop = self._simulate_replica(ns_plan, 0, data, fit, ceilings)
                 # ``finish`` has nothing to do (most replicas): no refusal, note or cap.
                 if fit.skipped is None and fit.notes is None and stop == len(data[0]):
@@ -395,7 +492,7 @@ class _Run(MemoryDimension):
                 self.exhausted.release()
         else:
             largest = self._simulate_replicas(ns_plan, data, missing, fit, ceilings)
-        if ns_plan.errors and (aware or ceilings is not None):
+        if ns_plan.errors and (aware or ceilings is not None or zoned):
             largest = self._plan_again(ns_plan, namespace, data, missing, aware, ceilings)
         self.undo = None
         if self.memory:
@@ -423,6 +520,15 @@ class _Run(MemoryDimension):
             error = self._abandon_attempt(ns_plan, namespace)
             largest = self._simulate_replicas(ns_plan, data, missing, self.fits[False], None)
             given_up.append(self._abandoned_warning(ns_plan, error, False))
+        if self.zoning and ns_plan.errors:
+            # The last rule given up: replicas in distinct zones.
+            error = self._abandon_attempt(ns_plan, namespace)
+            self.zoning = False
+            if self.log is not None:
+                for replica_idx in range(missing):
+                    self.log.zone_excluded.pop((ns_plan.namespace_id, replica_idx), None)
+            largest = self._simulate_replicas(ns_plan, data, missing, self.fits[False], None)
+            given_up.append(self._zones_abandoned(ns_plan, error))
         if given_up and not ns_plan.errors:
             ns_plan.warnings.extend(given_up)
         return largest
@@ -440,7 +546,10 @@ class _Run(MemoryDimension):
         simulate = self._simulate_replica
         try:
             largest = 0
+            zoning = self.zoning
             for replica_idx in range(missing):
+                if zoning:
+                    self._avoid_zones(ns_plan, replica_idx)
                 stop = simulate(ns_plan, replica_idx, data, fit, ceilings)
                 biggest = fit.finish(ns_plan, replica_idx, data, stop)
                 if biggest < 0 or largest < 0:
@@ -638,6 +747,18 @@ class _Run(MemoryDimension):
             f"The placement under the disk ceiling per index (max_index_storage_fraction) "
             f"would have failed {cause}; the namespace is planned without it, each index "
             "taking up to its node's unclaimed storage",
+        )
+
+    def _zones_abandoned(self, ns_plan: NamespacePlan, error: PlanIssue) -> PlanIssue:
+        """The warning of a namespace planned without the zone rule, after the
+        placement in distinct zones failed (the other zones lack the room)."""
+        return PlanIssue(
+            ns_plan.namespace_id,
+            None,
+            ZONE_SPREAD_ABANDONED,
+            f"The placement of the replicas in distinct zones would have failed "
+            f"({error.type} in replica {error.replica_idx}: {error.details}); the namespace "
+            "is planned without the zone rule, so replicas may share a zone",
         )
 
     def _rollback(self, ns_plan: NamespacePlan) -> None:

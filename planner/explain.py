@@ -24,6 +24,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from planner.filters import (
+    ZONE_TAKEN,
     Rejection,
     candidate_rejections,
     empty_replica_rejections,
@@ -115,9 +116,12 @@ def _explain_decision(log: DecisionLog, sequence: int) -> dict[str, Any]:
             if position == chosen:
                 continue
             available = log.available(sequence, position)
+            zone = _zone_set_aside(log, decision, position)
             reasons = empty_replica_rejections(
-                node_id, available, exhausted=position in decision.exhausted
+                node_id, available, exhausted=position in decision.exhausted and not zone
             )
+            if zone:
+                reasons.insert(0, Rejection(node_id, ZONE_TAKEN))
             if reasons:
                 passed_over.append(_entry(node_id, reasons))
             else:
@@ -131,11 +135,8 @@ def _explain_decision(log: DecisionLog, sequence: int) -> dict[str, Any]:
     else:
         considered = len(node_ids) if chosen is None else chosen
         for position in range(considered):
-            reasons = candidate_rejections(
-                node_ids[position],
-                decision.requested,
-                log.available(sequence, position),
-                exhausted=position in decision.exhausted,
+            reasons = _rejections(
+                log, decision, position, node_ids[position], log.available(sequence, position)
             )
             passed_over.append(_entry(node_ids[position], reasons))
     out: dict[str, Any] = {
@@ -176,9 +177,7 @@ def _sort_others(
         if position == decision.node_position:
             continue
         available = log.available(sequence, position)
-        reasons = candidate_rejections(
-            node_id, decision.requested, available, exhausted=position in decision.exhausted
-        )
+        reasons = _rejections(log, decision, position, node_id, available)
         if reasons:
             passed_over.append(_entry(node_id, reasons))
         else:
@@ -186,6 +185,34 @@ def _sort_others(
             if log.capacity is not None:
                 entry["score"] = log.score(available, position, decision.requested)
             could.append(entry)
+
+
+def _zone_set_aside(log: DecisionLog, decision: Any, position: int) -> bool:
+    """Whether the zone rule, not the namespace's own index, excluded the node."""
+    if not log.zone_excluded or decision.replica_idx is None:
+        return False
+    key = (decision.namespace_id, decision.replica_idx)
+    return position in log.zone_excluded.get(key, ())
+
+
+def _rejections(
+    log: DecisionLog,
+    decision: Any,
+    position: int,
+    node_id: int,
+    available: dict[str, int | None],
+) -> list[Rejection]:
+    """``candidate_rejections`` of the node, the zone rule's exclusion named as such."""
+    zone = _zone_set_aside(log, decision, position)
+    reasons = candidate_rejections(
+        node_id,
+        decision.requested,
+        available,
+        exhausted=position in decision.exhausted and not zone,
+    )
+    if zone:
+        reasons.insert(0, Rejection(node_id, ZONE_TAKEN))
+    return reasons
 
 
 def _entry(node_id: int, reasons: list[Rejection]) -> dict[str, Any]:

@@ -39,6 +39,9 @@ EXHAUSTED = "exhausted"
 INSUFFICIENT = {DISK: "insufficient_unclaimed_storage", MEMORY: "insufficient_unclaimed_memory"}
 #: Empty replicas avoid nodes whose unclaimed storage is negative.
 NEGATIVE_UNCLAIMED = "negative_unclaimed_storage"
+#: With zones: the node's zone holds another replica of the namespace, and some node
+#: outside those zones could take the replica (docs/planner.md, "Zones").
+ZONE_TAKEN = "zone_holds_another_replica"
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +64,8 @@ class Rejection:
     def describe(self) -> str:
         if self.reason == EXHAUSTED:
             return "exhausted (already holds an index of this namespace)"
+        if self.reason == ZONE_TAKEN:
+            return "its zone holds another replica of this namespace"
         if self.reason == NEGATIVE_UNCLAIMED:
             return f"negative unclaimed storage ({self.available:,} bytes)"
         if self.dimension is not None:

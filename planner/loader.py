@@ -27,6 +27,10 @@ written to a file and replayed without a database.
   or not the index still belongs to a replica (orphaned, evicted), so the
   planner never plans a second index of the namespace on one of them
   (``zoekt_indices`` is unique on enabled namespace and node).
+* a node with a zone carries its ``zone``, and then a namespace holding an
+  index on a node that is not a candidate carries that node's zone in
+  ``existing_zones`` (docs/planner.md, "Zones"); without zones neither key
+  appears.
 * each node carries its ``name`` (the ``name`` its metadata reports, else
   ``null``), which the plan copies onto every index and node entry.
 * ``options``: ``buffer_factor`` is ``zoekt.buffer_factor.global_buffer_factor()``
@@ -65,7 +69,7 @@ from planner.scenario import placement_options
 from planner.selection import ResourcePool, SelectedNode
 from zoekt import app_settings, capacity, memory
 from zoekt.buffer_factor import global_buffer_factor
-from zoekt.models import Index, Replica
+from zoekt.models import Index, Node, Replica
 
 #: Rows fetched per round trip from the projects cursor.
 DEFAULT_CHUNK_SIZE = 10_000
@@ -142,6 +146,8 @@ class ScenarioLoader:
         configured = settings.node_memory_budget_bytes
         ratio = _number(settings.memory_ratio)
         nodes = [node_entry(node, configured) for node in self.pool.nodes]
+        if namespaces and any("zone" in entry for entry in nodes):
+            self._load_existing_zones(namespaces, {entry["id"] for entry in nodes})
         if configured is not None and nodes:
             reserved = memory.estimated_memory_by_node([n["id"] for n in nodes], ratio)
             for entry in nodes:
@@ -182,6 +188,21 @@ class ScenarioLoader:
         )
         for enabled_id, node_id in rows:
             by_enabled[enabled_id]["existing_node_ids"].append(node_id)
+
+    def _load_existing_zones(self, namespaces: list[dict[str, Any]], candidates: set[int]) -> None:
+        """``existing_zones``: the zones of the nodes holding an index of a namespace
+        that are not candidates (a candidate's zone is on its own entry); only when
+        some candidate has a zone, and only on the namespaces that have any."""
+        holders = {n for ns in namespaces for n in ns["existing_node_ids"]} - candidates
+        if not holders:
+            return
+        zones = dict(
+            Node.objects.filter(id__in=holders, zone__isnull=False).values_list("id", "zone")
+        )
+        for ns in namespaces:
+            found = sorted({zones[n] for n in ns["existing_node_ids"] if n in zones})
+            if found:
+                ns["existing_zones"] = found
 
     def _load_projects(self, by_root: dict[int, dict[str, Any]]) -> None:
         total = len(by_root)
@@ -232,7 +253,7 @@ def node_entry(node: SelectedNode, node_memory_budget_bytes: int | None = None) 
     if node_memory_budget_bytes is not None:
         own_budget = memory.reported_memory_limit(node.metadata)
     name = (node.metadata or {}).get("name")
-    return {
+    entry = {
         "id": node.id,
         "name": name if isinstance(name, str) else None,
         "unclaimed_storage_bytes": node.unclaimed_storage_bytes,
@@ -240,6 +261,10 @@ def node_entry(node: SelectedNode, node_memory_budget_bytes: int | None = None) 
         "memory_budget_bytes": own_budget,
         "process_health": process_health(node.metadata),
     }
+    if node.zone is not None:
+        # Only a node with a zone says so: without zones the scenario is GitLab's.
+        entry["zone"] = node.zone
+    return entry
 
 
 def _number(value: int | float) -> int | float:

@@ -282,6 +282,19 @@ class Exhausted:
             self.pending.append(position)
             self.snapshot = None
 
+    def discard(self, position: int) -> None:
+        """The namespace may use ``position`` again (the zone rule lifting an
+        exclusion of its own; never a node that holds an index of the namespace)."""
+        if position in self.positions:
+            self.positions.discard(position)
+            self.snapshot = None
+            if position in self.pending:
+                self.pending.remove(position)
+            else:
+                self.blocked.remove(position)
+                for tree in self.trees:
+                    tree.unblock(position)
+
     def flush(self) -> None:
         """Block in the trees every position added since the last flush."""
         pending = self.pending

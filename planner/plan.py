@@ -52,6 +52,15 @@ MEMORY_PLACEMENT_ABANDONED = "memory_placement_abandoned"
 #: planned by GitLab's rule, each index taking up to its node's unclaimed storage.
 DISK_CEILING_ABANDONED = "disk_ceiling_abandoned"
 
+#: Warnings of the zone rule (docs/planner.md, "Zones"): with zones set, the
+#: replicas of a namespace go to distinct zones where the zones allow it.
+#: Every node a replica could use is in a zone another replica of the
+#: namespace occupies (fewer zones than replicas): it is placed there anyway.
+ZONE_SHARED = "zone_shared"
+#: The placement in distinct zones would have failed (the other zones lack the
+#: room): the namespace was planned without the zone rule.
+ZONE_SPREAD_ABANDONED = "zone_spread_abandoned"
+
 
 @dataclass(slots=True)
 class PlannedIndex:
@@ -280,6 +289,10 @@ class DecisionLog:
     #: ``balanced`` only: per dimension, per candidate position, what the node's
     #: room is scored against (its disk size; its memory budget, infinite: none).
     capacity: dict[str, list[int | float]] | None = None
+    #: With zones: per (namespace id, replica_idx), the candidate positions the zone
+    #: rule set aside for that replica (their zone holds another replica of the
+    #: namespace). They are in the decisions' ``exhausted`` sets; explain tells them apart.
+    zone_excluded: dict[tuple[int, int], frozenset[int]] = field(default_factory=dict)
 
     def score(
         self, available: Mapping[str, int | None], position: int, dims: Iterable[str]

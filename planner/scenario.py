@@ -199,6 +199,11 @@ class Node:
     #: ``balanced`` strategy scores a node's room against. ``None`` (or less
     #: than the unclaimed storage): the unclaimed storage is taken for it.
     total_bytes: int | None = None
+    #: An extension of the contract: the node's failure domain (an availability
+    #: zone, a rack), or ``None``. When any node has one, the replicas of a
+    #: namespace go to distinct zones where the zones allow it (docs/planner.md,
+    #: "Zones"); when none has, the plan is GitLab's, byte for byte.
+    zone: str | None = None
 
     @property
     def capacities(self) -> dict[str, int]:
@@ -243,6 +248,10 @@ class Namespace:
     columns: tuple[list[int], list[int], list[int]] = field(
         default=([], [], []), compare=False, repr=False
     )
+    #: An extension of the contract: the zones of the nodes that hold an index of
+    #: the namespace and are not among the scenario's nodes (a node that is, says
+    #: its own ``zone``). Only read when some node has a zone.
+    existing_zones: tuple[str, ...] = ()
     #: The repository bytes of the projects with statistics (what
     #: ``order: largest_first`` sorts by), summed once here.
     repository_bytes: int = field(init=False, compare=False, repr=False)
@@ -427,6 +436,7 @@ _NODE_KEYS = (
     "reserved_memory_bytes",
     "name",
     "total_bytes",
+    "zone",
 )
 
 
@@ -456,7 +466,8 @@ def _parse_nodes(value: Any, path: str) -> tuple[Node, ...]:
         total = obj.get("total_bytes")
         if total is not None:
             total = _int(total, f"{p}.total_bytes", minimum=0)
-        nodes.append(Node(node_id, unclaimed, budget, health, reserved, name, total))
+        zone = _optional_zone(obj.get("zone"), f"{p}.zone")
+        nodes.append(Node(node_id, unclaimed, budget, health, reserved, name, total, zone))
     return tuple(nodes)
 
 
@@ -485,6 +496,7 @@ _NAMESPACE_KEYS = (
     "existing_replicas",
     "projects",
     "existing_node_ids",
+    "existing_zones",
 )
 _NAMESPACE_KEY_SET = frozenset(_NAMESPACE_KEYS)
 
@@ -515,6 +527,7 @@ def _parse_namespaces(value: Any, path: str) -> tuple[Namespace, ...]:
             existing = obj.get("existing_replicas")
             projects = obj.get("projects")
             node_ids = obj.get("existing_node_ids")
+            zones = obj.get("existing_zones")
             all_columns, columns = (
                 _NO_PROJECTS
                 if projects is None or projects == []
@@ -533,6 +546,7 @@ def _parse_namespaces(value: Any, path: str) -> tuple[Namespace, ...]:
                     if node_ids is None or node_ids == []
                     else _parse_node_ids(node_ids, f"{path}[{i}].existing_node_ids"),
                     columns,
+                    _parse_zones(zones, f"{path}[{i}].existing_zones") if zones else (),
                 )
             )
             continue
@@ -562,9 +576,9 @@ def _parse_namespaces(value: Any, path: str) -> tuple[Namespace, ...]:
         existing = _parse_existing_replicas(obj.get("existing_replicas"), f"{p}.existing_replicas")
         all_columns, columns = _parse_projects(obj.get("projects"), f"{p}.projects")
         node_ids = _parse_node_ids(obj.get("existing_node_ids"), f"{p}.existing_node_ids")
-        namespaces.append(
-            Namespace(enabled_id, root_id, replicas, existing, all_columns, node_ids, columns)
-        )
+        zones = _parse_zones(obj.get("existing_zones"), f"{p}.existing_zones")
+        fields = (enabled_id, root_id, replicas, existing, all_columns, node_ids, columns, zones)
+        namespaces.append(Namespace(*fields))
     return tuple(namespaces)
 
 
@@ -581,6 +595,26 @@ def _parse_node_ids(value: Any, path: str) -> tuple[int, ...]:
             )
         seen[node_id] = i
     return tuple(items)
+
+
+def _parse_zones(value: Any, path: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    items = _list(value, path)
+    return tuple(dict.fromkeys(_zone(item, f"{path}[{i}]") for i, item in enumerate(items)))
+
+
+def _optional_zone(value: Any, path: str) -> str | None:
+    return None if value is None else _zone(value, path)
+
+
+def _zone(value: Any, path: str) -> str:
+    """A zone label: a non-empty string of at most 63 characters."""
+    if not isinstance(value, str):
+        raise ScenarioError(path, f"expected a string or null, got {_show(value)}")
+    if not 1 <= len(value) <= 63:
+        raise ScenarioError(path, f"must be 1 to 63 characters, got {len(value)}")
+    return value
 
 
 def _parse_existing_replicas(value: Any, path: str) -> tuple[ExistingReplica, ...]:

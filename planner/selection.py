@@ -121,6 +121,8 @@ class SelectedNode:
     #: The node's disk size (``total_bytes``, as reported): what the balanced
     #: strategy scores the node's room against.
     total_bytes: int | None = None
+    #: The node's zone (its failure domain), or None.
+    zone: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,13 +272,14 @@ class SelectionService:
                 "metadata",
                 "eviction_cooldown_until",
                 "total_bytes",
+                "zone",
             )
         )
         configured = self.settings.node_memory_budget_bytes
         self.memory_excluded = []
         self.cooling_excluded = []
         selected = []
-        for node_id, unclaimed, metadata, cooldown_until, usable in rows:
+        for node_id, unclaimed, metadata, cooldown_until, usable, zone in rows:
             if cooldown_until is not None and cooldown_until > self.now:
                 self.cooling_excluded.append((node_id, cooldown_until))
                 continue
@@ -286,7 +289,7 @@ class SelectionService:
                 rss = memory.webserver_counter(metadata, "rss_bytes")
                 self.memory_excluded.append((node_id, memory.memory_percent_used(rss, budget)))
                 continue
-            selected.append(SelectedNode(node_id, unclaimed, metadata, usable))
+            selected.append(SelectedNode(node_id, unclaimed, metadata, usable, zone))
         return selected
 
 

@@ -28,7 +28,7 @@ from django.contrib import admin, messages
 from django.contrib.admin.actions import delete_selected as django_delete_selected
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
-from django.db import transaction
+from django.db import models, transaction
 from django.db.models import Case, Count, F, FloatField, Q, Value, When
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast
@@ -417,8 +417,9 @@ class NodeAdmin(AuditedSaveMixin, SaveChangedFieldsMixin, admin.ModelAdmin):
         "last_seen_at",
         "version_display",
         "schema_version",
+        "zone",
     )
-    list_filter = (OnlineFilter, DiskWatermarkFilter, "schema_version")
+    list_filter = (OnlineFilter, DiskWatermarkFilter, "schema_version", "zone")
     search_fields = ("uuid", "metadata__name", "index_base_url", "search_base_url")
     ordering = ("id",)
     actions = ("request_restart", "request_drain", "cancel_shutdown", "delete_selected")
@@ -438,6 +439,7 @@ class NodeAdmin(AuditedSaveMixin, SaveChangedFieldsMixin, admin.ModelAdmin):
             },
         ),
         ("Liveness", {"fields": ("last_seen_at", "online")}),
+        ("Failure domain", {"fields": ("zone",)}),
         (
             "Disk",
             {
@@ -478,7 +480,7 @@ class NodeAdmin(AuditedSaveMixin, SaveChangedFieldsMixin, admin.ModelAdmin):
         ("Reported metadata", {"fields": ("metadata_display",)}),
         ("Record", {"fields": TIMESTAMPS}),
     )
-    # Every column a heartbeat writes; the lock is the one operator knob.
+    # Every column a heartbeat writes; the lock and the zone are the operator's knobs.
     readonly_fields = (
         "uuid",
         "index_base_url",
@@ -517,8 +519,14 @@ class NodeAdmin(AuditedSaveMixin, SaveChangedFieldsMixin, admin.ModelAdmin):
     def has_add_permission(self, request):
         return False  # nodes register themselves with their first heartbeat
 
+    # The zone (the one editable text column) is a short label: one line, not a text
+    # area, and left empty it is no zone (NULL), as the database's check wants.
+    formfield_overrides = {
+        models.TextField: {"widget": forms.TextInput(attrs={"size": 30}), "empty_value": None}
+    }
+
     def audit_action(self, change: bool) -> str:
-        return Action.NODE_UPDATED  # the storage lock, the one field an operator edits
+        return Action.NODE_UPDATED  # the storage lock and the zone, the operator's fields
 
     def audit_target(self, obj: Node) -> Target:
         return shutdowns.node_target(obj.id, obj)

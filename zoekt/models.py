@@ -14,6 +14,7 @@ import re
 from datetime import datetime
 
 from django.contrib.postgres.fields import ArrayField
+from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
 from django.db import models
 from django.db.models import Q
@@ -238,6 +239,37 @@ def natural_key(name: str) -> tuple:
     )
 
 
+#: A zone label: 1 to 63 letters, digits, ``.``, ``_`` or ``-``, starting with a
+#: letter or digit (``us-east-1a``, ``rack-3``).
+ZONE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
+ZONE_MAX_LENGTH = 63
+ZONE_HELP = (
+    "The node's failure domain (an availability zone, a rack): 1 to 63 letters, digits, "
+    "'.', '_' or '-'. Empty: none. The replicas of a namespace go to distinct zones "
+    "where the zones allow it."
+)
+_ZONE_RE = re.compile(ZONE_PATTERN)
+
+
+def validate_zone(value: str | None) -> None:
+    """A zone label or nothing (``ZONE_PATTERN``)."""
+    if value is None:
+        return
+    if not isinstance(value, str) or not _ZONE_RE.fullmatch(value):
+        raise ValidationError(
+            "A zone is 1 to 63 letters, digits, '.', '_' or '-', starting with a letter or digit.",
+            code="invalid_zone",
+        )
+
+
+def normalize_zone(value: str | None) -> str | None:
+    """A zone as stored: stripped, and empty as NULL (no zone)."""
+    if value is None:
+        return None
+    value = value.strip()
+    return value or None
+
+
 class Node(ClockStampedModel):
     """One Zoekt indexer + webserver pair, identified by its UUID (``zoekt_nodes``)."""
 
@@ -274,6 +306,16 @@ class Node(ClockStampedModel):
     services = ArrayField(
         models.SmallIntegerField(choices=Service.choices), db_default=[0], default=_services_default
     )
+    #: The node's failure domain (an availability zone, a rack), set by the operator;
+    #: NULL: none. Not GitLab's (its nodes report no zone): the replicas of a namespace
+    #: go to distinct zones where the zones allow it (docs/planner.md, "Zones"). NULL, not
+    #: "", is "no zone": the planner, the balance and the zone queries read NULL.
+    zone = models.TextField(  # noqa: DJ001
+        null=True,
+        blank=True,
+        validators=[validate_zone],
+        help_text=ZONE_HELP,
+    )
     created_at = models.DateTimeField(default=clock.now, editable=False)
     updated_at = models.DateTimeField(default=clock.now, editable=False)
 
@@ -290,12 +332,17 @@ class Node(ClockStampedModel):
                 condition=LessThanOrEqual(Length("search_base_url"), 1024),
                 name="check_zoekt_nodes_search_base_url_length",
             ),
+            models.CheckConstraint(
+                condition=Q(zone__isnull=True) | Q(zone__regex=ZONE_PATTERN),
+                name="check_zoekt_nodes_zone_label",
+            ),
         ]
 
     def __str__(self) -> str:
         return f"{self.name} ({self.uuid})"
 
     def save(self, *args, **kwargs) -> None:
+        self.zone = normalize_zone(self.zone)
         self.recompute_usable_storage_bytes()
         update_fields = kwargs.get("update_fields")
         if update_fields is not None:

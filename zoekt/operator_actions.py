@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 
 from celery.utils import uuid as celery_uuid
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Exists, OuterRef, Q
 
@@ -25,6 +26,8 @@ from zoekt.models import (
     Project,
     Replica,
     Repository,
+    normalize_zone,
+    validate_zone,
 )
 from zoekt.operator_errors import ObjectNotFound, OperatorError, Rejected, error_text
 
@@ -99,6 +102,33 @@ def namespace_target(namespace: Namespace | int | str) -> Target:
     return Target(
         "namespace", int(text) if text.isdigit() else None, "" if text.isdigit() else text
     )
+
+
+def do_set_node_zone(node_id: int, zone: str | None, *, actor: Actor | None = None) -> Node:
+    """Set (or clear, with None or an empty string) the node's zone: its failure domain
+    (docs/planner.md, "Zones"). ``Rejected`` names ``zone`` for a label that is not one;
+    ``ObjectNotFound`` the node. Recorded in the audit trail with the zone before and
+    after. A zone changes where new copies go and which moves qualify; nothing placed
+    moves because of it by itself (the desired balance never breaks the rule, and never
+    moves an index only to mend it)."""
+    with audited(actor, Action.NODE_UPDATED, Target("node", node_id)) as entry:
+        zone = normalize_zone(zone)
+        try:
+            validate_zone(zone)
+        except ValidationError as error:
+            raise Rejected({"zone": list(error.messages)}) from None
+        with transaction.atomic():
+            node = Node.objects.select_for_update().filter(pk=node_id).first()
+            if node is None:
+                raise ObjectNotFound("node_id", f"Zoekt node {node_id} not found.")
+            before = node.zone
+            if before != zone:
+                node.zone = zone
+                node.save(update_fields=["zone"])
+        entry.target = Target("node", node.id, node.name)
+        entry.details["changes"] = {"zone": [before, zone]}
+    log.info("node_zone_set", node_id=node.id, zone=zone, previous_zone=before)
+    return node
 
 
 def do_enqueue_project_index(project_id: int, *, actor: Actor | None = None) -> str:

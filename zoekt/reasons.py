@@ -114,6 +114,9 @@ class Reason(enum.StrEnum):
     MOVE_TARGET_SHUTTING_DOWN = "move_target_shutting_down"
     MOVE_TARGET_COOLING_DOWN = "move_target_cooling_down"
     MOVE_TARGET_HOLDS_NAMESPACE = "move_target_holds_namespace"
+    #: The target's zone holds another replica of the namespace, and the index's own
+    #: zone does not: the move would put two replicas in one zone (docs/balance.md).
+    MOVE_TARGET_ZONE_HOLDS_REPLICA = "move_target_zone_holds_replica"
     MOVE_TARGET_NO_DISK_ROOM = "move_target_no_disk_room"
     MOVE_TARGET_OVER_MEMORY_WATERMARK = "move_target_over_memory_watermark"
     MOVE_TARGET_NO_MEMORY_ROOM = "move_target_no_memory_room"

@@ -32,16 +32,18 @@ and ``_by``). Every request, cancel and return records the operator's name.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 
 from zoekt import app_settings, clock, drains, restarts
 from zoekt.audit import Action, Actor, Target, audited
 from zoekt.logging import get_logger
-from zoekt.models import Node, NodeShutdown
+from zoekt.models import ZONE_PATTERN, Node, NodeShutdown
 from zoekt.operator_actions import ObjectNotFound, OperatorError, Rejected
 from zoekt.reasons import Reason
 
@@ -50,6 +52,7 @@ log = get_logger(__name__)
 #: The longest delay a restart may ask for: a week.
 MAX_ALLOWED_DELAY_SECONDS = 7 * 24 * 3600
 ONE_LIVE_CONSTRAINT = "zoekt_node_shutdowns_one_live_per_node"
+_ZONE_RE = re.compile(ZONE_PATTERN)
 
 Status = NodeShutdown.Status
 Type = NodeShutdown.Type
@@ -256,6 +259,163 @@ def _request_node_shutdown(
         target_node_id=target_node_id,
     )
     return record
+
+
+# ----------------------------------------------------------------------------
+# A whole zone: one record per node (docs/operations.md, "A whole zone")
+# ----------------------------------------------------------------------------
+
+
+def zone_target(zone: str) -> Target:
+    """A zone as the audit trail names it."""
+    return Target("zone", None, zone)
+
+
+def do_request_zone_shutdown(
+    zone: str,
+    *,
+    type: str,
+    reason: str,
+    requested_by: str,
+    allowed_delay: int | None = None,
+    now: datetime | None = None,
+    actor: Actor | None = None,
+) -> list[NodeShutdown]:
+    """``_request_zone_shutdown``, recorded in the audit trail (ok or refused)."""
+    with audited(
+        actor or Actor.internal(requested_by),
+        Action.NODE_SHUTDOWN_REQUESTED,
+        zone_target(str(zone)),
+        type=type,
+        request_reason=reason,
+        allowed_delay=allowed_delay,
+        zone=zone,
+    ) as entry:
+        records = _request_zone_shutdown(
+            zone,
+            type=type,
+            reason=reason,
+            requested_by=requested_by,
+            allowed_delay=allowed_delay,
+            now=now,
+        )
+        entry.details["shutdown_ids"] = [record.id for record in records]
+        entry.details["node_ids"] = [record.node_ref for record in records]
+    return records
+
+
+def _request_zone_shutdown(
+    zone: str,
+    *,
+    type: str,
+    reason: str,
+    requested_by: str,
+    allowed_delay: int | None = None,
+    now: datetime | None = None,
+) -> list[NodeShutdown]:
+    """A ``restart`` or ``remove`` of every node in ``zone``: one record per node, the
+    node's own request (the same machinery, the same rules), all written in one
+    transaction or none. ``Rejected`` names the field at fault: ``zone`` when it is
+    not a zone label, or, for a remove, when no search node outside the zone could
+    receive the data (every other one is in the zone's own drain or out of service:
+    the drain could move nothing, and a drain never deletes an index before its
+    replacement serves); ``type`` for a replace (a zone has no single target).
+    ``ObjectNotFound`` when no node is in the zone; ``Conflict`` when a node of the
+    zone has a live record already (or receives a live replace), naming it."""
+    errors = check_request(type, reason, allowed_delay)
+    if type == Type.REPLACE:
+        errors["type"] = ["a whole zone is restarted or removed; replace one node at a time"]
+    if not isinstance(zone, str) or not _ZONE_RE.fullmatch(zone):
+        errors["zone"] = ["must be a zone label (1 to 63 letters, digits, '.', '_' or '-')"]
+    if not requested_by:
+        errors["requested_by"] = ["the operator's name is required"]
+    if errors:
+        raise Rejected(errors)
+    now = now or clock.now()
+    delay = None
+    if type == Type.RESTART:
+        delay = allowed_delay or app_settings.current().node_restart_delay_seconds
+    with transaction.atomic():
+        ids = list(Node.objects.filter(zone=zone).order_by("id").values_list("id", flat=True))
+        if not ids:
+            raise ObjectNotFound("zone", f"No Zoekt node is in zone {zone}.")
+        locked = _lock_nodes(*ids)
+        if type == Type.REMOVE:
+            receivers = (
+                Node.objects.for_search()
+                .exclude(id__in=ids)
+                .not_in_shutdown(now)
+                .filter(Q(zone__isnull=True) | ~Q(zone=zone))
+            )
+            if not receivers.exists():
+                raise Rejected(
+                    {
+                        "zone": [
+                            f"every search node outside zone {zone} is out of service (or "
+                            "there is none): the drain would have nowhere to move the indices"
+                        ]
+                    }
+                )
+        records = []
+        for node_id in ids:
+            node = locked[node_id]
+            receiving = NodeShutdown.objects.live().filter(target_node=node).first()
+            if receiving is not None:
+                raise Conflict(
+                    "zone",
+                    f"node {node.id} of zone {zone} receives the data of live replace "
+                    f"{receiving.id}; cancel that first",
+                )
+            try:
+                records.append(_create(node, type, reason, requested_by, now, delay, None))
+            except Conflict as error:
+                raise Conflict("zone", f"zone {zone}: {error.message}") from None
+    log.info(
+        "zone_shutdown_requested",
+        zone=zone,
+        type=type,
+        node_ids=ids,
+        shutdown_ids=[record.id for record in records],
+        requested_by=requested_by,
+        allowed_delay_seconds=delay,
+    )
+    return records
+
+
+def do_cancel_zone_shutdown(
+    zone: str, *, cancelled_by: str, now: datetime | None = None, actor: Actor | None = None
+) -> list[NodeShutdown]:
+    """Cancel the live record of every node in ``zone`` (or return its drained nodes to
+    service): ``do_cancel_node_shutdown`` per node that has something to cancel."""
+    with audited(
+        actor or Actor.internal(cancelled_by), Action.NODE_SHUTDOWN_CANCELLED, zone_target(zone)
+    ) as entry:
+        if not cancelled_by:
+            raise Rejected({"cancelled_by": ["the operator's name is required"]})
+        ids = list(Node.objects.filter(zone=zone).order_by("id").values_list("id", flat=True))
+        if not ids:
+            raise ObjectNotFound("zone", f"No Zoekt node is in zone {zone}.")
+        records = []
+        with transaction.atomic():
+            for node_id in ids:
+                if NodeShutdown.objects.live().filter(node_id=node_id).exists() or _held_out(
+                    node_id
+                ):
+                    records.append(
+                        _cancel_node_shutdown(node_id, cancelled_by=cancelled_by, now=now)
+                    )
+        if not records:
+            raise ObjectNotFound(
+                "zone", f"No node of zone {zone} has a live record or a complete drain to undo."
+            )
+        entry.details["shutdown_ids"] = [record.id for record in records]
+    return records
+
+
+def zone_records(zone: str) -> list[NodeShutdown]:
+    """The current record (live, else latest) of every node in ``zone`` that has one."""
+    ids = Node.objects.filter(zone=zone).order_by("id").values_list("id", flat=True)
+    return [record for node_id in ids if (record := current_record(node_id)) is not None]
 
 
 def _create(node, type_, reason, requested_by, now, delay, target_node_id) -> NodeShutdown:

@@ -640,12 +640,16 @@ OPERATOR_PATHS = {
     "/api/v4/admin/zoekt/shards/{node_id}/indexed_namespaces/{namespace_id}": {"put", "delete"},
     "/api/v1/catalog/bulk_upsert": {"post"},
     "/api/v1/nodes/{node_id}/shutdown": {"put", "get", "delete"},
+    "/api/v1/nodes/{node_id}": {"patch"},
+    "/api/v1/zones/{zone}/shutdown": {"put", "get", "delete"},
 }
 REQUEST_BODIES = {
     ("/api/v4/admin/zoekt/namespaces/{namespace_ref}", "patch"),
     ("/api/v4/admin/zoekt/shards/{node_id}/indexed_namespaces/{namespace_id}", "put"),
     ("/api/v1/catalog/bulk_upsert", "post"),
     ("/api/v1/nodes/{node_id}/shutdown", "put"),
+    ("/api/v1/nodes/{node_id}", "patch"),
+    ("/api/v1/zones/{zone}/shutdown", "put"),
 }
 
 

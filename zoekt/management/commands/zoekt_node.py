@@ -6,6 +6,9 @@
     manage.py zoekt_node status NODE [--json]
     manage.py zoekt_node cancel NODE [--by NAME]
     manage.py zoekt_node delete NODE [--force] [--by NAME]
+    manage.py zoekt_node restart|remove --zone ZONE --reason "..." [--delay SECONDS] [--by NAME]
+    manage.py zoekt_node status|cancel --zone ZONE [--by NAME]
+    manage.py zoekt_node zone NODE [ZONE | --clear] [--by NAME]
 
 ``NODE`` is a node's id or the name it reports. ``restart`` records the
 request (the API's ``PUT /api/v1/nodes/:id/shutdown``): for the allowed delay
@@ -21,6 +24,12 @@ down), or returns a drained node to service. ``delete`` deletes the node's
 row, refused while it holds the last ready copy of a project range unless
 ``--force`` (recorded). Each request, cancel and delete is recorded with the
 operator's name (``--by``, default the login name).
+
+``--zone ZONE`` in place of ``NODE`` acts on every node of the zone: one record
+per node, all written or none (a zone drain is refused when no search node
+outside the zone is in service to receive its indices); ``status`` and
+``cancel`` then show or cancel each node's record. ``zone`` shows a node's zone,
+sets it, or clears it (docs/planner.md, "Zones").
 """
 
 from __future__ import annotations
@@ -30,7 +39,7 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
-from zoekt import node_deletion, shutdowns
+from zoekt import node_deletion, operator_actions, shutdowns
 from zoekt.audit import Actor
 from zoekt.operator_actions import OperatorError, error_text
 from zoekt.units import binary_size, project_namespace_range
@@ -60,18 +69,27 @@ class Command(BaseCommand):
             "replace", help="drain the node onto another: move every index to --to"
         )
         replace.add_argument("--to", required=True, help="the receiving node's id or name")
+        replace.add_argument("node", help="the node's id or name")
+        for sub in (restart, remove):
+            sub.add_argument("node", nargs="?", help="the node's id or name (or --zone)")
         for sub in (restart, remove, replace):
-            sub.add_argument("node", help="the node's id or name")
             sub.add_argument("--reason", required=True, help="why, for the record")
             sub.add_argument("--by", default=None, help="the operator's name (default: login)")
         status = commands.add_parser("status", help="the node's live record, else its latest")
-        status.add_argument("node", help="the node's id or name")
+        status.add_argument("node", nargs="?", help="the node's id or name (or --zone)")
         status.add_argument("--json", action="store_true", help="print the record as JSON")
         cancel = commands.add_parser(
             "cancel", help="cancel the node's live record, or return a drained node to service"
         )
-        cancel.add_argument("node", help="the node's id or name")
+        cancel.add_argument("node", nargs="?", help="the node's id or name (or --zone)")
         cancel.add_argument("--by", default=None, help="the operator's name (default: login)")
+        for sub in (restart, remove, status, cancel):
+            sub.add_argument("--zone", default=None, help="act on every node of this zone")
+        zone = commands.add_parser("zone", help="show, set or clear the node's zone")
+        zone.add_argument("node", help="the node's id or name")
+        zone.add_argument("zone", nargs="?", default=None, help="the zone to set")
+        zone.add_argument("--clear", action="store_true", help="clear the node's zone")
+        zone.add_argument("--by", default=None, help="the operator's name (default: login)")
         delete = commands.add_parser("delete", help="delete the node's row (drain it first)")
         delete.add_argument("node", help="the node's id or name")
         delete.add_argument(
@@ -82,8 +100,18 @@ class Command(BaseCommand):
         delete.add_argument("--by", default=None, help="the operator's name (default: login)")
 
     def handle(self, *args, action: str, **options):
+        if options.get("zone") is not None and action != "zone":
+            if options.get("node"):
+                raise CommandError("give a node or --zone, not both")
+            self._zone(action, options)
+            return
+        if not options.get("node"):
+            raise CommandError("give a node (its id or name) or --zone ZONE")
         try:
             node = shutdowns.find_node(options["node"])
+            if action == "zone":
+                self._set_zone(node, options)
+                return
             by = options.get("by") or _operator()
             actor = Actor.command(options.get("by"))
             if action == "delete":
@@ -116,6 +144,48 @@ class Command(BaseCommand):
             self.stdout.write(json.dumps(described, indent=2, sort_keys=True, default=str))
             return
         self.stdout.write(_text(described))
+
+    def _set_zone(self, node, options) -> None:
+        """``zone NODE [ZONE | --clear]``: show, set or clear the node's zone."""
+        if options["clear"] and options["zone"] is not None:
+            raise CommandError("give a zone or --clear, not both")
+        if options["zone"] is None and not options["clear"]:
+            self.stdout.write(f"node {node.id} ({node.name}): zone {node.zone or '(none)'}")
+            return
+        node = operator_actions.do_set_node_zone(
+            node.id, options["zone"], actor=Actor.command(options.get("by"))
+        )
+        self.stdout.write(f"node {node.id} ({node.name}): zone {node.zone or '(none)'}")
+
+    def _zone(self, action: str, options) -> None:
+        """``--zone ZONE``: the action on every node of the zone, one record per node."""
+        zone = options["zone"]
+        by = options.get("by") or _operator()
+        actor = Actor.command(options.get("by"))
+        try:
+            if action in ("restart", "remove"):
+                records = shutdowns.do_request_zone_shutdown(
+                    zone,
+                    type=action,
+                    reason=options["reason"],
+                    requested_by=by,
+                    allowed_delay=options.get("delay"),
+                    actor=actor,
+                )
+            elif action == "cancel":
+                records = shutdowns.do_cancel_zone_shutdown(zone, cancelled_by=by, actor=actor)
+            else:
+                records = shutdowns.zone_records(zone)
+                if not records:
+                    raise CommandError(f"no node of zone {zone} has a shutdown record")
+        except OperatorError as error:
+            raise CommandError(error_text(error)) from error
+        described = [shutdowns.describe(record) for record in records]
+        if options.get("json"):
+            self.stdout.write(json.dumps(described, indent=2, sort_keys=True, default=str))
+            return
+        self.stdout.write(f"zone {zone}: {len(described)} node(s)")
+        self.stdout.write("\n".join(_text(record) for record in described))
 
     def _delete(self, node, by: str, force: bool, actor: Actor) -> None:
         try:
