@@ -10,6 +10,7 @@ from datetime import timedelta
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.urls import reverse
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
@@ -159,3 +160,19 @@ def test_a_bad_parameter_is_a_400_naming_it(api, now, query, field):
 
 def test_the_capacity_is_for_staff_only(now):
     assert APIClient().get(URL).status_code == 401
+
+
+def test_the_capacity_page_shows_the_status_the_horizons_and_the_forecast_chart(
+    admin_client, now
+):
+    nodes = full_fleet()
+    grew(nodes, now, per_day_gib=3)
+    response = admin_client.get(reverse("dashboard-capacity"))
+    assert response.status_code == 200
+    text = response.content.decode()
+    assert 'data-figure="status"' in text and "OVER_PROVISIONED" in text
+    assert 'data-days="90"' in text and "add 3 nodes of 100 GiB disk" in text
+    assert "30.0 days" in text  # to the low watermark
+    assert 'data-series="forecast"' in text
+    assert 'data-series="disk used ÷ disk"' in text
+    assert "low watermark 60%" in text

@@ -55,6 +55,7 @@ PAGES = [
     "dashboard-moves",
     "dashboard-maintenance",
     "dashboard-balance",
+    "dashboard-capacity",
     "dashboard-audit",
 ]
 
