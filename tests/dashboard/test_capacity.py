@@ -162,9 +162,7 @@ def test_the_capacity_is_for_staff_only(now):
     assert APIClient().get(URL).status_code == 401
 
 
-def test_the_capacity_page_shows_the_status_the_horizons_and_the_forecast_chart(
-    admin_client, now
-):
+def test_the_capacity_page_shows_the_status_the_horizons_and_the_forecast_chart(admin_client, now):
     nodes = full_fleet()
     grew(nodes, now, per_day_gib=3)
     response = admin_client.get(reverse("dashboard-capacity"))

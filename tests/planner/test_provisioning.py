@@ -243,7 +243,7 @@ def test_more_replicas_run_the_real_planner_and_the_copies_take_the_copy_bytes()
     ]
     scenario = {"options": {"buffer_factor": 1}, "nodes": [], "namespaces": namespaces}
     result = p.what_if(
-        nodes + [BalanceNode(4, "n4", 100 * GIB, 0)],
+        [*nodes, BalanceNode(4, "n4", 100 * GIB, 0)],
         indices,
         BalanceOptions(),
         p.WhatIf(replicas=2),
