@@ -761,18 +761,7 @@ def what_if(
         if index.replica_id not in gone and layout[index.id] not in removed
     ] + new_indices
     balance = desired_balance(kept_nodes, after_indices, options)
-    moves += [
-        WhatIfMove(
-            m.index_id,
-            m.enabled_namespace_id,
-            m.from_node_id,
-            m.to_node_id,
-            m.bytes,
-            m.memory_bytes,
-            m.reason,
-        )
-        for m in balance.moves
-    ]
+    moves = _folded(moves, balance)
     after = {nb.node_id: nb.desired for nb in balance.nodes}
     names = {n_id: n.name for n_id, n in all_nodes.items()}
     return WhatIfResult(
@@ -816,3 +805,25 @@ def _gone(
     return sum(
         i.used_bytes for i in by_index.values() if i.replica_id in gone and layout[i.id] == node_id
     )
+
+
+def _folded(removal: list[WhatIfMove], balance: Balance) -> list[WhatIfMove]:
+    """The removal moves, then the balance's: an index a removal put on a node that the
+    balance moves on goes from the removed node straight to its last node, once."""
+    last = {m.index_id: m.to_node_id for m in balance.moves}
+    out = [replace(m, to_node_id=last.get(m.index_id, m.to_node_id)) for m in removal]
+    rehomed = {m.index_id for m in removal}
+    out += [
+        WhatIfMove(
+            m.index_id,
+            m.enabled_namespace_id,
+            m.from_node_id,
+            m.to_node_id,
+            m.bytes,
+            m.memory_bytes,
+            m.reason,
+        )
+        for m in balance.moves
+        if m.index_id not in rehomed
+    ]
+    return out

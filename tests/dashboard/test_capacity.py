@@ -98,6 +98,7 @@ def test_the_what_if_runs_on_a_copy_and_writes_nothing(now):
     gone = json.loads(run("--json", "--remove", str(nodes[0].id)))["what_if"]
     moved = [m for m in gone["moves"] if m["reason"] == "what_if_node_removed"]
     assert len(moved) + len(gone["unplaced"]) == 7
+    assert len({m["index_id"] for m in gone["moves"]}) == len(gone["moves"])
 
 
 @pytest.mark.parametrize(

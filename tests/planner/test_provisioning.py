@@ -255,3 +255,16 @@ def test_more_replicas_run_the_real_planner_and_the_copies_take_the_copy_bytes()
     # Never beside the namespace's own copy (on node 1).
     assert all(b.node_id != 1 for b in result.builds)
     assert not result.failed
+
+
+def test_an_index_a_removal_rehomes_moves_once_even_when_the_balance_moves_it_on():
+    nodes, indices = full()
+    result = p.what_if(
+        nodes, indices, BalanceOptions(), p.WhatIf(add_nodes=2, remove_node_ids=(1,))
+    )
+    moved = [m.index_id for m in result.moves]
+    assert len(moved) == len(set(moved))
+    assert {m.index_id for m in result.moves if m.from_node_id == 1} == set(range(10, 16))
+    after = {n_id: a for n_id, _name, _b, a in result.nodes}
+    assert sum(a.used_bytes for a in after.values() if a is not None) == 180 * GIB
+    assert all(m.to_node_id != 1 for m in result.moves)

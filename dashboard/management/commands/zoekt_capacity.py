@@ -109,7 +109,8 @@ def _what_if_lines(w: dict) -> list[str]:
     if change["add_nodes"]:
         parts.append(f"add {change['add_nodes']} nodes")
     if change["remove_node_ids"]:
-        parts.append("remove nodes " + ", ".join(map(str, change["remove_node_ids"])))
+        ids = change["remove_node_ids"]
+        parts.append(f"remove node{'s' if len(ids) > 1 else ''} " + ", ".join(map(str, ids)))
     if change["replicas"]:
         parts.append(f"{change['replicas']} replicas")
     after = w["provisioning_after"]
