@@ -41,7 +41,12 @@ reconciler stands aside until they are done); indices moved more than once;
 bytes moved against the minimum that must leave the nodes above the mean
 (each node's bytes over the fleet's mean share of its capacity, summed); the
 time from the join to convergence; and the moves started in the 24 hours
-after. It writes a PNG chart of per-node disk (and RSS) and the dark searches
+after. Capacity (docs/capacity.md): the node history is sampled as beat's
+``record-node-history`` does; the time the three nodes' disk first reached the low
+watermark is set against the forecasts ``planner.provisioning`` made from the history
+before it, and the what-if "add 2 nodes" asked just before the join
+(``dashboard.capacity.capacity_report``) against the moves and bytes the fleet then
+made. It writes a PNG chart of per-node disk (and RSS) and the dark searches
 of each minute (``--chart``, default ``docs/replays/rebalance.png``).
 """
 
