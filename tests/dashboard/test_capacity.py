@@ -18,7 +18,8 @@ from dashboard.models import NodeSample
 from tests.api.test_operator_api import make_user
 from tests.eviction.test_balance_data import full_fleet
 from tests.eviction.test_manual_moves import snapshot
-from tests.factories import GIB
+from tests.factories import GIB, ProjectFactory
+from zoekt.models import EnabledNamespace, Index
 
 pytestmark = pytest.mark.django_db
 
@@ -175,3 +176,22 @@ def test_the_capacity_page_shows_the_status_the_horizons_and_the_forecast_chart(
     assert 'data-series="forecast"' in text
     assert 'data-series="disk used ÷ disk"' in text
     assert "low watermark 60%" in text
+
+
+def test_more_replicas_run_the_rollouts_planner_on_a_copy(now):
+    nodes = full_fleet()
+    for enabled in EnabledNamespace.objects.select_related("root_namespace"):
+        ProjectFactory(namespace=enabled.root_namespace, repository_size=2 * GIB)
+    before = snapshot()
+    w = json.loads(run("--json", "--replicas", "2", "--add-nodes", "2"))["what_if"]
+    assert snapshot() == before
+    assert len(w["builds"]) == 21
+    assert not w["failed_namespaces"]
+    # Each new copy holds what the namespace's copy holds, never beside it.
+    assert {b["bytes"] for b in w["builds"]} == {10 * GIB}
+    holder = dict(Index.objects.values_list("zoekt_enabled_namespace_id", "zoekt_node_id"))
+    assert all(b["node_id"] != holder[b["enabled_namespace_id"]] for b in w["builds"])
+    after = {n["node_id"]: n["after"] for n in w["nodes"]}
+    assert sum(a["used_bytes"] for a in after.values()) == 2 * 210 * GIB
+    assert w["provisioning_after"]["fleet"]["replicas"] == 2
+    assert {n.id for n in nodes} < set(after)
