@@ -41,7 +41,12 @@ reconciler stands aside until they are done); indices moved more than once;
 bytes moved against the minimum that must leave the nodes above the mean
 (each node's bytes over the fleet's mean share of its capacity, summed); the
 time from the join to convergence; and the moves started in the 24 hours
-after. It writes a PNG chart of per-node disk (and RSS) and the dark searches
+after. Capacity (docs/capacity.md): the node history is sampled as beat's
+``record-node-history`` does; the time the three nodes' disk first reached the low
+watermark is set against the forecasts ``planner.provisioning`` made from the history
+before it, and the what-if "add 2 nodes" asked just before the join
+(``dashboard.capacity.capacity_report``) against the moves and bytes the fleet then
+made. It writes a PNG chart of per-node disk (and RSS) and the dark searches
 of each minute (``--chart``, default ``docs/replays/rebalance.png``).
 """
 
@@ -186,6 +191,103 @@ def move_figures(since) -> dict:
     }
 
 
+def sample_history(_r) -> None:
+    """The dashboard's node history, as beat's ``record-node-history`` writes it: one row
+    per node per 5-minute interval of simulated time (a second call in it writes nothing)."""
+    from dashboard.history import sample_nodes
+
+    sample_nodes()
+
+
+def forecast_figures() -> dict:
+    """The capacity forecast (``planner.provisioning``) against the history: the time the
+    three nodes' disk first reached the low watermark, and the forecasts made from the
+    history up to each earlier sample (the first at a quarter of the way, the last one
+    before the crossing), each with its error."""
+    from dashboard.capacity import fleet_history
+    from planner import provisioning as p
+    from zoekt import clock
+    from zoekt.clock import EPOCH
+
+    now = clock.now()
+    history = fleet_history(now, 24 * 3600)
+    totals = {round((at - EPOCH).total_seconds()): total for at, total in _disk_totals(now)}
+    low = p.ProvisioningOptions().low_watermark
+    crossed = next(
+        (
+            s.at
+            for s in history
+            if totals.get(round(s.at)) and s.used_bytes / totals[round(s.at)] >= low
+        ),
+        None,
+    )
+    made = []
+    for k, sample in enumerate(history):
+        if crossed is None or sample.at >= crossed or k < 2:
+            continue
+        total = totals[round(sample.at)]
+        fleet = p.Fleet(
+            nodes=len(OLD_NODES),
+            disk_bytes=total,
+            memory_budget_bytes=None,
+            used_bytes=sample.used_bytes,
+            indexed_bytes=sample.indexed_bytes,
+            memory_bytes=0,
+            node_size=p.NodeSize(total // len(OLD_NODES)),
+        )
+        result = p.provisioning(fleet, history[: k + 1], sample.at)
+        days = result.low_watermark[0].days
+        forecast = None if days is None else sample.at + days * p.DAY_SECONDS
+        made.append(
+            {
+                "made_at_s": sample.at - history[0].at,
+                "share_then": sample.used_bytes / total,
+                "forecast_s": None if forecast is None else forecast - history[0].at,
+                "error_s": None if forecast is None else forecast - crossed,
+            }
+        )
+    return {
+        "first_sample_at": history[0].at if history else None,
+        "crossed_s": None if crossed is None else crossed - history[0].at,
+        "forecasts": made,
+    }
+
+
+def _disk_totals(now):
+    """The three nodes' summed disk size at each sample time."""
+    from datetime import timedelta
+
+    from django.db.models import Sum
+
+    from dashboard.models import NodeSample
+
+    rows = (
+        NodeSample.objects.filter(sampled_at__gt=now - timedelta(days=1))
+        .values("sampled_at")
+        .annotate(total=Sum("total_bytes"))
+        .order_by("sampled_at")
+        .values_list("sampled_at", "total")
+    )
+    return list(rows)
+
+
+def what_if_figures() -> dict:
+    """``zoekt_capacity --add-nodes 2``, asked just before the two nodes join: the moves
+    and bytes it says the fleet will take, and the busiest node it expects after."""
+    from dashboard.capacity import capacity_report
+    from planner.provisioning import WhatIf
+
+    report = capacity_report(WhatIf(add_nodes=len(NEW_NODES)))
+    w = report["what_if"]
+    return {
+        "moves": w["move_count"],
+        "bytes": w["bytes_to_move"],
+        "busiest_after": w["busiest_over_lower_bound"]["desired"]["busiest"],
+        "status_before": report["status"],
+        "status_after": w["provisioning_after"]["status"],
+    }
+
+
 def run_once(label: str, option: dict, args) -> tuple[object, dict]:
     from simulator.models import zipf_hotness
     from simulator.replay import Replay, catalog_rows
@@ -232,6 +334,7 @@ def run_once(label: str, option: dict, args) -> tuple[object, dict]:
             )
         replay.enable(list(roots), label="namespaces enabled")
         replay.watch(watch)
+        replay.watch(sample_history)
 
         progress = held_progress(label, started, quiet=args.quiet, digits=1)
 
@@ -239,6 +342,8 @@ def run_once(label: str, option: dict, args) -> tuple[object, dict]:
         replay.run(args.calm_minutes * 60, progress=progress)
         before_join = fleet_figures(replay, budget)
         product_before_join = product_figures()
+        forecast = forecast_figures()
+        what_if = what_if_figures()
         joined_at = clock.now()
         first_sample = len(replay.samples)
         built_before = sum(node.index_bytes_built() for node in replay.nodes.values())
@@ -289,6 +394,8 @@ def run_once(label: str, option: dict, args) -> tuple[object, dict]:
         "initial_ready": ready,
         "before_join": before_join,
         "product_before_join": product_before_join,
+        "forecast": forecast,
+        "what_if": what_if,
         "at_join": at_join,
         "product_at_join": product_at_join,
         "converged": done,
@@ -311,6 +418,28 @@ def _ratio(busiest: float, bound: float) -> str:
         "-"
         if not bound
         else f"{busiest / bound:.2f}× ({100 * busiest:.1f} % / {100 * bound:.1f} %)"
+    )
+
+
+def _at(seconds: float | None) -> str:
+    return "never" if seconds is None else f"at {clock_text(seconds)}"
+
+
+def _forecast(r: dict, which: int) -> str:
+    made = r["forecast"]["forecasts"]
+    if not made:
+        return "-"
+    if which == 0:
+        quarter = [m for m in made if m["share_then"] >= 0.15]
+        entry = quarter[0] if quarter else made[0]
+    else:
+        entry = made[-1]
+    if entry["forecast_s"] is None:
+        return f"made at {clock_text(entry['made_at_s'])}: not growing"
+    sign = "+" if entry["error_s"] >= 0 else "-"
+    return (
+        f"made at {clock_text(entry['made_at_s'])} ({100 * entry['share_then']:.0f} %): "
+        f"{clock_text(entry['forecast_s'])} ({sign}{clock_text(abs(entry['error_s']))})"
     )
 
 
@@ -366,6 +495,27 @@ def print_table(results: list[dict], args) -> None:
         (
             f"moves in the {args.after_hours:g} hours after (target 0)",
             lambda r: f"{r['moves_in_24h_after']}",
+        ),
+        (
+            "low watermark reached (fleet's disk, 60 %)",
+            lambda r: _at(r["forecast"]["crossed_s"]),
+        ),
+        ("  forecast a quarter of the way (error)", lambda r: _forecast(r, 0)),
+        ("  forecast at the last sample before (error)", lambda r: _forecast(r, -1)),
+        (
+            "what-if 'add 2 nodes': moves / bytes",
+            lambda r: f"{r['what_if']['moves']} / {r['what_if']['bytes'] / GIB:,.1f} GiB",
+        ),
+        (
+            "  what the fleet then did: moves / bytes",
+            lambda r: f"{r['moves_done']} / {r['bytes_moved'] / GIB:,.1f} GiB",
+        ),
+        (
+            "  busiest after: what-if / product's measure",
+            lambda r: (
+                f"{100 * r['what_if']['busiest_after']:.1f} % / "
+                f"{100 * r['product_after']['busiest']:.1f} %"
+            ),
         ),
         ("wall time", lambda r: f"{r['wall_s']:.0f} s"),
     ]

@@ -7,9 +7,10 @@ the admin's index reverse.
 
 from django.urls import include, path
 
-from dashboard import metrics, views
+from dashboard import capacity_views, metrics, views
 
 urlpatterns = [
     path("admin/dashboard/", include(views.urls())),
     path("metrics", metrics.metrics, name="metrics"),
+    path("api/v1/capacity", capacity_views.CapacityView.as_view(), name="capacity"),
 ]

@@ -34,6 +34,7 @@ from dashboard.readmodels.audit import (
     audit_page,
 )
 from dashboard.readmodels.balance import balance_page, index_balance
+from dashboard.readmodels.capacity import capacity_page
 from dashboard.readmodels.common import UnknownChoice
 from dashboard.readmodels.evictions import eviction_page
 from dashboard.readmodels.fleet import NodeRow, fleet_overview
@@ -58,6 +59,7 @@ PAGES = (
     ("moves", "Moves"),
     ("maintenance", "Maintenance"),
     ("balance", "Balance"),
+    ("capacity", "Capacity"),
     ("gitlab", "GitLab"),
     ("audit", "Audit"),
 )
@@ -396,6 +398,12 @@ def balance(request: HttpRequest) -> HttpResponse:
     return _render(request, "balance.html", "balance", "Balance", balance=balance_page())
 
 
+def capacity(request: HttpRequest) -> HttpResponse:
+    """The provisioning status now and in 30 and 90 days, with the forecast chart
+    (docs/capacity.md, "Provisioning and what-if")."""
+    return _render(request, "capacity.html", "capacity", "Capacity", capacity=capacity_page())
+
+
 def gitlab(request: HttpRequest) -> HttpResponse:
     """Following GitLab (docs/gitlab.md): the sweeps and the system hooks' backlog."""
     return _render(
@@ -441,6 +449,7 @@ def urls() -> list:
         path("moves/", view(moves), name="dashboard-moves"),
         path("maintenance/", view(maintenance), name="dashboard-maintenance"),
         path("balance/", view(balance), name="dashboard-balance"),
+        path("capacity/", view(capacity), name="dashboard-capacity"),
         path("audit/", view(audit), name="dashboard-audit"),
         path("namespaces/<int:root_namespace_id>/", view(namespace), name="dashboard-namespace"),
         path("evictions/", view(evictions), name="dashboard-evictions"),

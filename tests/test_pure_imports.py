@@ -27,6 +27,7 @@ PURE_MODULES = (
     "planner.filters",
     "planner.explain",
     "planner.balance",
+    "planner.provisioning",
     "eviction.policy",
     "eviction.memory_policy",
     "zoekt.capacity",

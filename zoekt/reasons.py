@@ -159,3 +159,12 @@ class Reason(enum.StrEnum):
     REBALANCE_NODE_SHUTTING_DOWN = "rebalance_node_shutting_down"
     REBALANCE_EVICTION_MOVING = "rebalance_eviction_moving"
     REBALANCE_DRAIN_MOVING = "rebalance_drain_moving"
+    # Capacity (planner.provisioning): why a provisioning status was given, and why a
+    # what-if moved or could not place an index
+    NODES_NEEDED_EXCEED_PRESENT = "nodes_needed_exceed_present"
+    NODES_PRESENT_EXCEED_NEED = "nodes_present_exceed_need"
+    NODES_PRESENT_MEET_NEED = "nodes_present_meet_need"
+    NOT_ENOUGH_HISTORY = "not_enough_history"
+    NO_NODE_SIZE = "no_node_size"
+    WHAT_IF_NODE_REMOVED = "what_if_node_removed"
+    WHAT_IF_NO_TARGET = "what_if_no_target"

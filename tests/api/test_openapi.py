@@ -32,6 +32,7 @@ def test_the_schema_generates_without_warnings_and_validates(tmp_path):
         "/api/v1/indices/{index_id}/move",
         "/api/v1/balance",
         "/api/v1/indices/{index_id}/balance",
+        "/api/v1/capacity",
     ):
         assert f"{path}:" in text, path
     assert "Gitlab-Shell-Api-Request" in text

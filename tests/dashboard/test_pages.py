@@ -55,6 +55,7 @@ PAGES = [
     "dashboard-moves",
     "dashboard-maintenance",
     "dashboard-balance",
+    "dashboard-capacity",
     "dashboard-audit",
 ]
 
@@ -424,6 +425,7 @@ def test_page_queries_do_not_grow_with_the_fleet(admin_client, now, dry_run_plan
             "namespace": reverse("dashboard-namespace", args=[root]),
             "evictions": reverse("dashboard-evictions"),
             "balance": reverse("dashboard-balance"),
+            "capacity": reverse("dashboard-capacity"),
             "metrics": reverse("metrics"),
         }
         return {name: queries(admin_client, url) for name, url in urls.items()}
