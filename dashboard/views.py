@@ -7,6 +7,11 @@ eviction decisions), ``.../moves/`` (moves in flight and recent),
 ``.../maintenance/`` (node shutdown records, live and recent), ``.../balance/`` (the
 desired balance and the rebalance reconciler), ``.../audit/`` (the audit trail of
 operator actions, filtered).
+
+A link that leads nowhere (an unknown namespace, node or plan id, a filter or sort the page
+does not offer, a page number past the end or not a number) is answered by one page in the
+dashboard's frame (``problem.html``): what is wrong, why when the view knows, and links
+back, with a 404 or a 400 (docs/dashboard.md, "When a link leads nowhere").
 Each view reads one function of its page's module in ``dashboard.readmodels`` (a
 fixed number of queries) and renders a template under ``templates/zoekt/dashboard/`` that
 extends the admin's ``base_site.html``; charts are inline SVG drawn by
@@ -16,12 +21,14 @@ every view: anonymous users are sent to the admin login, non-staff refused.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import wraps
 
 from django.contrib import admin
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
-from django.urls import path
+from django.urls import path, reverse
 from django.utils.safestring import SafeString
 
 from dashboard import charts, history
@@ -34,7 +41,7 @@ from dashboard.readmodels.audit import (
     audit_page,
 )
 from dashboard.readmodels.balance import balance_page
-from dashboard.readmodels.common import UnknownChoice
+from dashboard.readmodels.common import BadPage, UnknownChoice
 from dashboard.readmodels.evictions import eviction_page
 from dashboard.readmodels.fleet import NodeRow, fleet_overview
 from dashboard.readmodels.maintenance import maintenance_page
@@ -47,8 +54,10 @@ from dashboard.readmodels.namespaces import (
 )
 from dashboard.readmodels.plans import PLAN_FILTERS, plan_detail, recent_plans
 from gitlab_sync import status as gitlab_status
+from planner import records
 from zoekt import clock, memory
 from zoekt.admin import human_bytes
+from zoekt.models import Namespace
 
 PAGES = (
     ("fleet", "Fleet"),
@@ -75,6 +84,100 @@ def _render(request: HttpRequest, template: str, tab: str, title: str, **context
             **context,
         },
     )
+
+
+# ----------------------------------------------------------------------------
+# Dead ends: one page in the dashboard's frame, naming the problem and linking back
+# ----------------------------------------------------------------------------
+
+
+@dataclass
+class Problem(Exception):
+    """What a view found wrong with its link: the heading, the reason, the links back."""
+
+    status: int
+    heading: str
+    reason: str
+    links: list[tuple[str, str]] = field(default_factory=list)
+
+
+def _without(request: HttpRequest, *names: str, **values: object) -> str:
+    """This page's URL without the query parameters ``names``, with ``values`` set."""
+    query = request.GET.copy()
+    for name in (*names, *values):
+        query.pop(name, None)
+    for name, value in values.items():
+        query[name] = str(value)
+    encoded = query.urlencode()
+    return request.path + (f"?{encoded}" if encoded else "")
+
+
+def _problem_of(request: HttpRequest, error: Exception) -> Problem:
+    if isinstance(error, Problem):
+        return error
+    if isinstance(error, BadPage):
+        last = max(error.num_pages, 1)
+        return Problem(
+            error.status,
+            f"No page {error.value}",
+            (
+                f"There is no page {error.value}: the list has {last} "
+                f"page{'' if last == 1 else 's'}."
+                if error.past_the_end
+                else f"The page {error.value} is not a page number (a whole number from 1)."
+            ),
+            [
+                (_without(request, "page"), "the first page"),
+                (_without(request, page=last), f"the last page ({last})"),
+            ],
+        )
+    if isinstance(error, UnknownChoice):
+        return Problem(
+            400,
+            f"Unknown {error.field}",
+            f"The {error.field} {error.value} is not known. Choose one of: "
+            f"{', '.join(error.choices)}; or leave it out.",
+            [
+                (_without(request, error.field, "page"), f"without a {error.field}"),
+                *(
+                    (_without(request, "page", **{error.field: choice}), choice)
+                    for choice in error.choices
+                ),
+            ],
+        )
+    if isinstance(error, BadFilterValue):
+        return Problem(
+            400,
+            f"Unreadable {error.field}",
+            f"The {error.field} {error.value} is not {error.expected}.",
+            [(_without(request, error.field, "page"), f"without a {error.field}")],
+        )
+    raise error
+
+
+def framed(view: Callable[..., HttpResponse], tab: str) -> Callable[..., HttpResponse]:
+    """``view``, whose dead ends (``Problem``, an unknown choice, an unreadable filter, a
+    page that is none) are answered in the dashboard's frame with their status."""
+
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+        try:
+            return view(request, *args, **kwargs)
+        except (Problem, BadPage, UnknownChoice, BadFilterValue) as error:
+            problem = _problem_of(request, error)
+        label = dict(PAGES)[tab]
+        response = _render(
+            request,
+            "problem.html",
+            tab,
+            problem.heading,
+            problem=problem,
+            back=(reverse(f"dashboard-{tab}"), label),
+        )
+        response.status_code = problem.status
+        return response
+
+    return wrapper
 
 
 # ----------------------------------------------------------------------------
@@ -188,7 +291,13 @@ def node(request: HttpRequest, node_id: int) -> HttpResponse:
     """One node's history (``dashboard.history``): disk share, and RSS against the estimate."""
     detail = history.node_history(node_id)
     if detail is None:
-        raise Http404("no such node")
+        raise Problem(
+            404,
+            f"No node {node_id}",
+            f"There is no node with id {node_id}: it was deleted, or never registered. "
+            "A node appears with its first heartbeat.",
+            [(reverse("dashboard-maintenance"), "Maintenance (nodes drained or replaced)")],
+        )
     limits = detail.watermark_limits
     samples = detail.samples
     gap = 2.5 * history.SAMPLE_INTERVAL_SECONDS
@@ -270,14 +379,17 @@ def plans(request: HttpRequest) -> HttpResponse:
 
 def plan(request: HttpRequest, plan_id: int) -> HttpResponse:
     current = request.GET.get("filter", "")
-    error = None
     if current not in PLAN_FILTERS:
-        error = UnknownChoice("filter", current, PLAN_FILTERS)
-        current = ""
+        raise UnknownChoice("filter", current, PLAN_FILTERS)
     detail = plan_detail(plan_id, filter=current, page=request.GET.get("page", 1))
     if detail is None:
-        raise Http404("no such rollout plan (only the last 50 are kept)")
-    response = _render(
+        raise Problem(
+            404,
+            f"No rollout plan {plan_id}",
+            f"Rollout plan {plan_id} is not kept: only the last {records.KEEP} plans are "
+            "kept, dry runs included, and a plan id never comes back.",
+        )
+    return _render(
         request,
         "plan_detail.html",
         "plans",
@@ -285,12 +397,7 @@ def plan(request: HttpRequest, plan_id: int) -> HttpResponse:
         detail=detail,
         filters=PLAN_FILTERS,
         current_filter=current,
-        error=error,
     )
-    if error is not None:
-        # The whole plan is shown below the error, but the status says the link was wrong.
-        response.status_code = 400
-    return response
 
 
 # ----------------------------------------------------------------------------
@@ -302,30 +409,9 @@ def namespaces(request: HttpRequest) -> HttpResponse:
     query = request.GET.get("q", "")
     current = request.GET.get("filter", "")
     sort = request.GET.get("sort", "")
-    context = {
-        "query": query,
-        "filters": NAMESPACE_FILTERS,
-        "sorts": NAMESPACE_SORTS,
-        "current_filter": current,
-        "current_sort": sort,
-    }
-    try:
-        page, rows = namespace_page(
-            query=query, filter=current, sort=sort, page=request.GET.get("page", 1)
-        )
-    except UnknownChoice as error:
-        # Not silently everything: say which value is wrong and which are known.
-        response = _render(
-            request,
-            "namespaces.html",
-            "namespaces",
-            "Enabled namespaces",
-            error=error,
-            rows=[],
-            **{**context, "current_filter": "", "current_sort": ""},
-        )
-        response.status_code = 400
-        return response
+    page, rows = namespace_page(
+        query=query, filter=current, sort=sort, page=request.GET.get("page", 1)
+    )
     return _render(
         request,
         "namespaces.html",
@@ -333,20 +419,54 @@ def namespaces(request: HttpRequest) -> HttpResponse:
         "Enabled namespaces",
         page=page,
         rows=rows,
-        **context,
+        query=query,
+        filters=NAMESPACE_FILTERS,
+        sorts=NAMESPACE_SORTS,
+        current_filter=current,
+        current_sort=sort,
     )
 
 
 def namespace(request: HttpRequest, root_namespace_id: int) -> HttpResponse:
     detail = namespace_detail(root_namespace_id)
     if detail is None:
-        raise Http404("this root namespace is not enabled for Zoekt")
+        raise Problem(
+            404, f"Namespace {root_namespace_id} not enabled", *_not_enabled(root_namespace_id)
+        )
     return _render(
         request,
         "namespace_detail.html",
         "namespaces",
         f"Namespace {detail.root.path}",
         detail=detail,
+    )
+
+
+def _not_enabled(namespace_id: int) -> tuple[str, list[tuple[str, str]]]:
+    """Why a namespace has no page: unknown, not a root, or a root not enabled for Zoekt."""
+    known = Namespace.objects.filter(pk=namespace_id).values_list("path", "traversal_ids").first()
+    if known is None:
+        return (
+            f"There is no namespace {namespace_id} in the catalog (the bulk API or the "
+            "GitLab sync fills it).",
+            [],
+        )
+    path_, traversal = known
+    if traversal and traversal[0] != namespace_id:
+        return (
+            f"{path_} ({namespace_id}) is not a root namespace: Zoekt enables and indexes "
+            f"its root, {traversal[0]}.",
+            [
+                (
+                    reverse("dashboard-namespace", args=[traversal[0]]),
+                    f"root namespace {traversal[0]}",
+                )
+            ],
+        )
+    return (
+        f"The root namespace {path_} ({namespace_id}) is not enabled for Zoekt: it has no "
+        "enabled namespace row, so nothing of it is indexed.",
+        [],
     )
 
 
@@ -408,7 +528,7 @@ def gitlab(request: HttpRequest) -> HttpResponse:
 
 def audit(request: HttpRequest) -> HttpResponse:
     """The audit trail (docs/operations.md, "Audit trail"): newest first, filtered; a
-    filter value the page cannot read is a 400 naming it, and nothing listed."""
+    filter value the page cannot read is a 400 naming it (``framed``)."""
     filters = AuditFilters(
         **{field: request.GET.get(field, "") for field in AuditFilters.__dataclass_fields__}
     )
@@ -418,28 +538,29 @@ def audit(request: HttpRequest) -> HttpResponse:
         "vias": AUDIT_VIAS,
         "outcomes": AUDIT_OUTCOMES,
     }
-    try:
-        trail = audit_page(filters, page=request.GET.get("page", 1))
-    except (UnknownChoice, BadFilterValue) as error:
-        response = _render(request, "audit.html", "audit", "Audit", error=error, **context)
-        response.status_code = 400
-        return response
+    trail = audit_page(filters, page=request.GET.get("page", 1))
     return _render(request, "audit.html", "audit", "Audit", trail=trail, **context)
 
 
 def urls() -> list:
-    view = admin.site.admin_view
+    def view(function: Callable[..., HttpResponse], tab: str):
+        return admin.site.admin_view(framed(function, tab))
+
     return [
-        path("", view(fleet), name="dashboard-fleet"),
-        path("nodes/<int:node_id>/", view(node), name="dashboard-node"),
-        path("plans/", view(plans), name="dashboard-plans"),
-        path("plans/<int:plan_id>/", view(plan), name="dashboard-plan"),
-        path("namespaces/", view(namespaces), name="dashboard-namespaces"),
-        path("moves/", view(moves), name="dashboard-moves"),
-        path("maintenance/", view(maintenance), name="dashboard-maintenance"),
-        path("balance/", view(balance), name="dashboard-balance"),
-        path("audit/", view(audit), name="dashboard-audit"),
-        path("namespaces/<int:root_namespace_id>/", view(namespace), name="dashboard-namespace"),
-        path("evictions/", view(evictions), name="dashboard-evictions"),
-        path("gitlab/", view(gitlab), name="dashboard-gitlab"),
+        path("", view(fleet, "fleet"), name="dashboard-fleet"),
+        path("nodes/<int:node_id>/", view(node, "fleet"), name="dashboard-node"),
+        path("plans/", view(plans, "plans"), name="dashboard-plans"),
+        path("plans/<int:plan_id>/", view(plan, "plans"), name="dashboard-plan"),
+        path("namespaces/", view(namespaces, "namespaces"), name="dashboard-namespaces"),
+        path("moves/", view(moves, "moves"), name="dashboard-moves"),
+        path("maintenance/", view(maintenance, "maintenance"), name="dashboard-maintenance"),
+        path("balance/", view(balance, "balance"), name="dashboard-balance"),
+        path("audit/", view(audit, "audit"), name="dashboard-audit"),
+        path(
+            "namespaces/<int:root_namespace_id>/",
+            view(namespace, "namespaces"),
+            name="dashboard-namespace",
+        ),
+        path("evictions/", view(evictions, "evictions"), name="dashboard-evictions"),
+        path("gitlab/", view(gitlab, "gitlab"), name="dashboard-gitlab"),
     ]

@@ -26,8 +26,8 @@ from tests.browser.conftest import (
     PASSWORD,
     chromium_page,
     log_in,
+    photograph,
     refreshing,
-    screenshot,
 )
 from tests.dashboard.builders import build_fleet, unplaced_namespace
 from zoekt import app_settings, clock, memory, shutdowns
@@ -40,6 +40,18 @@ pytestmark = pytest.mark.django_db(transaction=True, reset_sequences=True)
 
 PLANNED_AT = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 GIB = 1024**3
+# The Dashboard box on the admin's front page, in the order of the dashboard's tabs.
+DASHBOARD_PAGES = [
+    "Fleet",
+    "Rollout plans",
+    "Namespaces",
+    "Evictions",
+    "Moves",
+    "Maintenance",
+    "Balance",
+    "GitLab",
+    "Audit",
+]
 
 
 def seed() -> dict:
@@ -218,9 +230,17 @@ def test_operator_reads_every_dashboard_page(browser_ready, live_server, tmp_pat
     expected = seed()
     base = live_server.url
     seen: dict[str, str] = {}
+    overflow: dict[str, int] = {}
     # From here on: strings only, no ORM (Playwright's loop runs in this thread).
     with chromium_page(tmp_path / "profile") as page:
         log_in(page, base, "operator")
+        # --- the admin's front page: the Dashboard box lists every page, one line each --
+        links = page.locator("#dashboard-module th a")
+        assert [link.inner_text() for link in links.all()] == DASHBOARD_PAGES
+        for link in links.all():
+            box = link.bounding_box()
+            assert box is not None and box["height"] < 24, (link.inner_text(), box)
+        photograph(page, tmp_path, "admin-index", overflow)
         page.click("#dashboard-module a:has-text('Fleet')")
         page.wait_for_url(f"{base}/admin/dashboard/")
 
@@ -256,7 +276,7 @@ def test_operator_reads_every_dashboard_page(browser_ready, live_server, tmp_pat
         assert text(page, "[data-figure=replicas] .value").startswith(
             f"{expected['replicas_ready']} /"
         )
-        screenshot(page, tmp_path, "dashboard-fleet")
+        photograph(page, tmp_path, "dashboard-fleet", overflow)
 
         # --- plans ---------------------------------------------------------------
         page.click(".dashboard-tabs a[data-page=plans]")
@@ -265,7 +285,7 @@ def test_operator_reads_every_dashboard_page(browser_ready, live_server, tmp_pat
         assert text(page, f"{row} td.create") == str(expected["plan_create"])
         assert text(page, f"{row} td.failures") == str(expected["plan_failures"])
         assert "disk:" in text(page, f"{row} td.bounds")
-        screenshot(page, tmp_path, "dashboard-plans")
+        photograph(page, tmp_path, "dashboard-plans", overflow)
         page.click(f"{row} a")
         page.wait_for_url(f"{base}/admin/dashboard/plans/{expected['plan_id']}/")
         fits = f"#plan-namespaces tr[data-namespace-id='{expected['fits']}']"
@@ -285,13 +305,13 @@ def test_operator_reads_every_dashboard_page(browser_ready, live_server, tmp_pat
         ]
         assert sorted(listed) == sorted(expected["plan_candidates"])
         assert text(page, "[data-figure=nodes] .value") == str(len(listed))
-        screenshot(page, tmp_path, "dashboard-plan")
+        photograph(page, tmp_path, "dashboard-plan", overflow)
 
         # --- namespaces ------------------------------------------------------------
         page.click(".dashboard-tabs a[data-page=namespaces]")
         page.wait_for_url(f"{base}/admin/dashboard/namespaces/")
         assert page.locator("#namespaces tbody tr").count() == expected["enabled_namespaces"]
-        screenshot(page, tmp_path, "dashboard-namespaces")
+        photograph(page, tmp_path, "dashboard-namespaces", overflow)
         page.click("#namespace-filters a:has-text('split over nodes')")
         page.wait_for_url(f"{base}/admin/dashboard/namespaces/?filter=split")
         assert page.locator("#namespaces tbody tr").count() == int(expected["split"])
@@ -309,7 +329,7 @@ def test_operator_reads_every_dashboard_page(browser_ready, live_server, tmp_pat
         seen["search"] = text(page, "[data-figure=targets] .value")
         seen["memory_estimate"] = text(page, "[data-figure=memory-estimate] .value")
         seen["placed_by"] = text(page, "[data-figure=placed-by]")
-        screenshot(page, tmp_path, "dashboard-namespace")
+        photograph(page, tmp_path, "dashboard-namespace", overflow)
 
         # --- evictions -------------------------------------------------------------
         page.click(".dashboard-tabs a[data-page=evictions]")
@@ -335,7 +355,7 @@ def test_operator_reads_every_dashboard_page(browser_ready, live_server, tmp_pat
             assert text(page, f"{row} td.node") == decision["node"]
             assert text(page, f"{row} td.verdict") == decision["verdict"]
             assert text(page, f"{row} td.namespaces") == decision["namespaces"]
-        screenshot(page, tmp_path, "dashboard-evictions")
+        photograph(page, tmp_path, "dashboard-evictions", overflow)
 
         # --- moves -------------------------------------------------------------------
         page.click(".dashboard-tabs a[data-page=moves]")
@@ -345,7 +365,7 @@ def test_operator_reads_every_dashboard_page(browser_ready, live_server, tmp_pat
         assert text(page, f"{row} td.target") == expected["move_target"]
         assert text(page, f"{row} td.state") == "building"
         assert text(page, "[data-figure=in-flight] .value") == expected["live_moves"]
-        screenshot(page, tmp_path, "dashboard-moves")
+        photograph(page, tmp_path, "dashboard-moves", overflow)
 
         # --- maintenance -----------------------------------------------------------
         page.click(".dashboard-tabs a[data-page=maintenance]")
@@ -356,7 +376,7 @@ def test_operator_reads_every_dashboard_page(browser_ready, live_server, tmp_pat
         row = f"#shutdowns-recent tr[data-shutdown-id='{expected['returned_id']}']"
         assert text(page, f"{row} td.status") == "complete node returned"
         assert text(page, "[data-figure=live] .value") == "1"
-        screenshot(page, tmp_path, "dashboard-maintenance")
+        photograph(page, tmp_path, "dashboard-maintenance", overflow)
 
         # --- one node's history ----------------------------------------------------
         page.click(".dashboard-tabs a[data-page=fleet]")
@@ -371,7 +391,16 @@ def test_operator_reads_every_dashboard_page(browser_ready, live_server, tmp_pat
         for series in ("RSS", "estimated", "budget"):
             assert page.locator(f"#memory-history svg path[data-series='{series}']").count() == 1
         assert page.locator("#days tbody tr").count() == 3
-        screenshot(page, tmp_path, "dashboard-node")
+        photograph(page, tmp_path, "dashboard-node", overflow)
+
+        # --- the pages with nothing checked here but their width ------------------
+        for key in ("balance", "gitlab", "audit"):
+            page.click(f".dashboard-tabs a[data-page={key}]")
+            page.wait_for_url(f"{base}/admin/dashboard/{key}/")
+            photograph(page, tmp_path, f"dashboard-{key}", overflow)
+
+    # Every page fits both windows: no sideways scrolling of the page itself.
+    assert overflow == {}
 
     # Every candidate was too small for the monorepo: each is named with its reason.
     assert "insufficient unclaimed storage" in seen["too_big_candidates"]
@@ -384,6 +413,7 @@ def test_operator_reads_every_dashboard_page(browser_ready, live_server, tmp_pat
     # Set 3 h 12 min before the seed; the browser reads it a few seconds or minutes later.
     assert seen["waiting_clock"].startswith("3 h 1")
     for name in (
+        "admin-index",
         "fleet",
         "plans",
         "plan",
@@ -393,8 +423,13 @@ def test_operator_reads_every_dashboard_page(browser_ready, live_server, tmp_pat
         "moves",
         "maintenance",
         "node",
+        "balance",
+        "gitlab",
+        "audit",
     ):
-        assert (tmp_path / f"dashboard-{name}.png").stat().st_size > 10_000
+        shot = name if name.startswith("admin") else f"dashboard-{name}"
+        for suffix in ("", "-1024"):
+            assert (tmp_path / f"{shot}{suffix}.png").stat().st_size > 10_000
     # A test run leaves the checkout as it was; `make screenshots` refreshes the docs.
     if not refreshing():
         assert docs_screenshots() == tracked
