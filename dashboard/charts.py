@@ -147,8 +147,8 @@ def memory_bars(
     across nodes. A missing figure is an empty track. The node's reported
     memory limit, when there is one, is a brown tick on the RSS track. With a
     budget, the memory watermarks (``watermark_limits``: low, high, critical
-    shares of the budget, which RSS is compared with) are dashed marks across
-    the estimate and RSS tracks, in the disk bar's watermark colours.
+    shares of the budget) are dashed marks on the RSS track only, in the disk
+    bar's watermark colours: they apply to observed RSS, not to the estimate.
     """
     scale = width / scale_bytes if scale_bytes > 0 else 0.0
     rows = (
@@ -176,9 +176,10 @@ def memory_bars(
         for limit, colour in zip(watermark_limits, WATERMARK_COLOURS, strict=False):
             x = min(limit * budget_bytes * scale, width - 1)
             body.append(
-                f'<line x1="{x:.1f}" y1="0" x2="{x:.1f}" y2="{2 * bar + gap}" '
-                f'stroke="{colour}" stroke-width="1.5" stroke-dasharray="2,1">'
-                f"<title>memory watermark {_pct(limit)} of the budget "
+                f'<line x1="{x:.1f}" y1="{bar + gap}" x2="{x:.1f}" y2="{2 * bar + gap}" '
+                f'stroke="{colour}" stroke-width="1.5" stroke-dasharray="2,1" '
+                'class="memory-watermark">'
+                f"<title>RSS watermark {_pct(limit)} of the budget "
                 f"({_bytes(int(limit * budget_bytes))})</title></line>"
             )
     height = 3 * bar + 2 * gap

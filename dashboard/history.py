@@ -247,7 +247,11 @@ def recent_disk_by_node(
 
 
 def disk_sparklines(
-    *, now: datetime | None = None, high_watermark: float | None = None, hours: int = 24
+    *,
+    now: datetime | None = None,
+    high_watermark: float | None = None,
+    hours: int = 24,
+    width: int = 200,
 ) -> dict[int, SafeString]:
     """``{node_id: sparkline}`` of each node's peak disk share per hour over the last day.
 
@@ -264,7 +268,7 @@ def disk_sparklines(
             start=start,
             end=now,
             limit=high_watermark,
-            width=200,
+            width=width,
             height=14,
             label=f"disk used, peak per hour over the last {hours} h: "
             f"last {points[-1][1]:.1%}, peak {peak:.1%}",

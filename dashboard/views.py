@@ -55,7 +55,7 @@ from dashboard.readmodels.namespaces import (
 from dashboard.readmodels.plans import PLAN_FILTERS, plan_detail, recent_plans
 from gitlab_sync import status as gitlab_status
 from planner import records
-from zoekt import clock, memory
+from zoekt import clock, memory, units
 from zoekt.admin import human_bytes
 from zoekt.models import Namespace
 
@@ -192,6 +192,14 @@ class NodeChart:
     memory: SafeString
     budget_bytes: int | None
     budget_source: str | None
+    # One unit per row for its sizes (the largest figure's), so 0.8 GiB sits beside 1.0 GiB.
+    disk_unit: str
+    memory_unit: str
+
+
+#: The disk and memory bars of a node's row: narrow enough that the node table fits a
+#: 1440 px window whole (and scrolls inside its box at 1024 px).
+ROW_BAR_WIDTH = 120
 
 
 def fleet(request: HttpRequest) -> HttpResponse:
@@ -223,6 +231,7 @@ def fleet(request: HttpRequest) -> HttpResponse:
                     reserved_bytes=node.reserved_storage_bytes,
                     usable_bytes=node.usable_storage_bytes,
                     limits=overview.watermark_limits,
+                    width=ROW_BAR_WIDTH,
                 ),
                 memory=charts.memory_bars(
                     estimated_bytes=None if m is None else m.estimated_memory_bytes,
@@ -231,9 +240,30 @@ def fleet(request: HttpRequest) -> HttpResponse:
                     limit_bytes=None if m is None else m.memory_limit_bytes,
                     scale_bytes=scale,
                     watermark_limits=memory.memory_watermark_limits(),
+                    width=ROW_BAR_WIDTH,
                 ),
                 budget_bytes=None if m is None else m.memory_budget_bytes,
                 budget_source=None if m is None else m.budget_source,
+                disk_unit=units.binary_unit(
+                    max(
+                        node.total_bytes,
+                        node.reserved_storage_bytes,
+                        abs(node.unclaimed_storage_bytes),
+                    )
+                ),
+                memory_unit=units.binary_unit(
+                    max(
+                        (
+                            value or 0
+                            for value in (
+                                None if m is None else m.estimated_memory_bytes,
+                                None if m is None else m.rss_bytes,
+                                None if m is None else m.memory_budget_bytes,
+                            )
+                        ),
+                        default=0,
+                    )
+                ),
             )
         )
     total = overview.totals("total_bytes")
@@ -276,13 +306,13 @@ def fleet(request: HttpRequest) -> HttpResponse:
                 (charts.BUDGET, "budget"),
                 (charts.LIMIT, "reported memory limit (tick)"),
             ],
-            line="dashed marks: memory watermarks "
+            line="dashed marks on the RSS bar: memory watermarks "
             + " / ".join(f"{limit:.0%}" for limit in memory.memory_watermark_limits())
-            + " of the budget",
+            + " of the budget (they apply to RSS, not to the estimate)",
         ),
         memory_scale=human_bytes(scale),
         disk_sparklines=history.disk_sparklines(
-            now=overview.now, high_watermark=overview.watermark_limits[1]
+            now=overview.now, high_watermark=overview.watermark_limits[1], width=ROW_BAR_WIDTH
         ),
     )
 

@@ -7,7 +7,7 @@ import json
 from django import template
 
 from zoekt.admin import human_bytes
-from zoekt.units import project_namespace_range
+from zoekt.units import binary_size_in, project_namespace_range
 
 register = template.Library()
 
@@ -16,6 +16,12 @@ register = template.Library()
 def bytes_filter(value: int | None) -> str:
     """``1.5 GiB`` (binary units), ``-`` for None."""
     return human_bytes(value)
+
+
+@register.filter
+def bytes_in(value: int | None, unit: str) -> str:
+    """A size in a row's common unit (``binary_size_in``): ``0.8 GiB`` beside ``1.0 GiB``."""
+    return human_bytes(None) if value is None else binary_size_in(value, unit)
 
 
 @register.filter

@@ -88,8 +88,11 @@ def test_fleet_names_the_observed_ratios_as_zoekt_info_does(admin_client, now):
     node = build_fleet(2, 2).nodes[0]
     report = {row.node_id: row for row in memory.node_memory_report()}[node.id]
     row = row_html(admin_client.get(reverse("dashboard-fleet")), "data-node-id", node.id)
-    shown = re.search(r'class="observed-memory-ratio">([\d.]+)<', row).group(1)
-    per_repo = re.search(r'class="quiet rss-per-repository-byte"[^>]*>([\d.]+) / repo', row)
+    # The main figure is the one the header names (RSS per repository byte, what the
+    # memory ratio setting estimates); RSS ÷ used storage is the smaller line under it.
+    per_repo = re.search(r'<span class="rss-per-repository-byte"[^>]*>([\d.]+)<', row)
+    shown = re.search(r'class="quiet observed-memory-ratio"[^>]*>([\d.]+) ÷ used<', row).group(1)
+    assert "RSS per repo byte" in page_text(admin_client.get(reverse("dashboard-fleet")))
     assert shown == f"{report.observed_memory_ratio:.3f}"
     assert per_repo.group(1) == f"{report.rss_per_repository_byte:.3f}"
     assert report.observed_memory_ratio != pytest.approx(report.rss_per_repository_byte)
@@ -344,3 +347,14 @@ def test_move_durations_are_a_histogram_by_trigger(admin_client, now):
         r'^zoekt_control_move_duration_seconds_sum{trigger="node_level"} (\S+)$', metrics, re.M
     )
     assert float(total.group(1)) == (20 + 50 + 300) * 60
+
+
+def test_sizes_on_one_fleet_row_share_one_unit(admin_client, now):
+    # The estimate is a few hundred MiB, RSS and the budget are GiB: on one row, all in GiB.
+    node = build_fleet(1, 1).nodes[0]
+    report = {row.node_id: row for row in memory.node_memory_report()}[node.id]
+    assert report.estimated_memory_bytes < GIB <= report.rss_bytes
+    row = row_html(admin_client.get(reverse("dashboard-fleet")), "data-node-id", node.id)
+    for column in ("estimated", "rss", "budget", "reserved", "unclaimed", "total"):
+        assert cell(row, column).split()[1] == "GiB", (column, cell(row, column))
+    assert cell(row, "estimated").startswith(f"{report.estimated_memory_bytes / GIB:.1f}")
