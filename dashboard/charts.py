@@ -276,6 +276,10 @@ def _path(
     return " ".join(parts)
 
 
+#: Up to this many points on a line, each is drawn as a dot too.
+MARKED_POINTS = 48
+
+
 def time_series(
     series: Sequence[Series],
     *,
@@ -352,13 +356,18 @@ def time_series(
             f'stroke-width="1.5" stroke-linejoin="round" data-series="{escape(name)}">'
             f"<title>{escape(title)}</title></path>"
         )
-        if len(drawn) == 1 or (
-            len(drawn) > 1 and (last_at - drawn[-2][0]).total_seconds() > gap_seconds
-        ):
-            # A lone point draws no line: mark it.
+        if len(drawn) <= MARKED_POINTS:
+            # Few samples (a node that just registered): each one a dot that can be seen.
+            marked = drawn
+        elif (last_at - drawn[-2][0]).total_seconds() > gap_seconds:
+            marked = drawn[-1:]  # a lone last point draws no line: mark it
+        else:
+            marked = []
+        for at, value in marked:
             body.append(
-                f'<circle cx="{x(last_at):.1f}" cy="{y(last):.1f}" r="2" fill="{colour}">'
-                f"<title>{escape(title)}</title></circle>"
+                f'<circle cx="{x(at):.1f}" cy="{y(value):.1f}" r="3.5" fill="{colour}" '
+                f'data-series="{escape(name)}"><title>{escape(name)} {escape(y_label(value))} '
+                f"({at:%m-%d %H:%M} UTC)</title></circle>"
             )
     return _svg(width, height, label, body, "chart history")
 

@@ -52,20 +52,25 @@ def bucket(at: datetime, interval_seconds: int = SAMPLE_INTERVAL_SECONDS) -> dat
 
 
 def sample_nodes(
-    *, now: datetime | None = None, settings: app_settings.ZoektSettings | None = None
+    *,
+    now: datetime | None = None,
+    settings: app_settings.ZoektSettings | None = None,
+    node_ids: list[int] | None = None,
 ) -> int:
     """Write this interval's sample of every node seen within it; returns the nodes sampled.
 
     Statements: the nodes (1), their memory (``zoekt.memory.node_memory_report``,
     3) and one insert, whatever the fleet size; nothing more when no node was
-    seen. A node already sampled in this interval keeps its row.
+    seen. A node already sampled in this interval keeps its row. ``node_ids``: only these
+    (a node's first sample, taken when it registers).
     """
     now = now or clock.now()
     settings = settings or app_settings.current()
+    seen = Node.objects.filter(last_seen_at__gt=now - timedelta(seconds=SAMPLE_INTERVAL_SECONDS))
+    if node_ids is not None:
+        seen = seen.filter(id__in=node_ids)
     nodes = list(
-        Node.objects.filter(last_seen_at__gt=now - timedelta(seconds=SAMPLE_INTERVAL_SECONDS))
-        .order_by("id")
-        .values_list("id", "used_bytes", "total_bytes", "indexed_bytes")
+        seen.order_by("id").values_list("id", "used_bytes", "total_bytes", "indexed_bytes")
     )
     if not nodes:
         return 0

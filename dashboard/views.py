@@ -41,7 +41,7 @@ from dashboard.readmodels.audit import (
     audit_page,
 )
 from dashboard.readmodels.balance import balance_page
-from dashboard.readmodels.common import BadPage, UnknownChoice
+from dashboard.readmodels.common import INDEX_STATE_NAMES, BadPage, UnknownChoice
 from dashboard.readmodels.evictions import eviction_page
 from dashboard.readmodels.fleet import NodeRow, fleet_overview
 from dashboard.readmodels.maintenance import maintenance_page
@@ -57,7 +57,7 @@ from gitlab_sync import status as gitlab_status
 from planner import records
 from zoekt import clock, memory, units
 from zoekt.admin import human_bytes
-from zoekt.models import Namespace
+from zoekt.models import Index, Namespace
 
 PAGES = (
     ("fleet", "Fleet"),
@@ -317,6 +317,10 @@ def fleet(request: HttpRequest) -> HttpResponse:
     )
 
 
+#: The node page's charts, drawn this wide and scaled by CSS to the page's width.
+NODE_CHART_WIDTH = 1200
+
+
 def node(request: HttpRequest, node_id: int) -> HttpResponse:
     """One node's history (``dashboard.history``): disk share, and RSS against the estimate."""
     detail = history.node_history(node_id)
@@ -345,6 +349,7 @@ def node(request: HttpRequest, node_id: int) -> HttpResponse:
             )
         ],
         label=f"disk used by {detail.name} over the last {history.RETENTION_SECONDS // 86400} days",
+        width=NODE_CHART_WIDTH,
     )
     memory_series = [
         ("RSS", charts.OBSERVED, [(s.sampled_at, s.rss_bytes) for s in samples]),
@@ -367,13 +372,40 @@ def node(request: HttpRequest, node_id: int) -> HttpResponse:
         y_label=lambda value: human_bytes(int(value)),
         gap_seconds=gap,
         label=f"memory of {detail.name}: RSS, estimate and budget",
+        width=NODE_CHART_WIDTH,
     )
+    # Its row of the fleet page (online, searchable, disk, tasks, eviction clock, shutdown),
+    # and what it holds: its indices with their namespaces.
+    state = next((row for row in fleet_overview().nodes if row.id == node_id), None)
+    indices = [
+        {
+            "id": index.id,
+            "state": INDEX_STATE_NAMES.get(index.state, str(index.state)),
+            "root_namespace_id": None
+            if index.zoekt_enabled_namespace is None
+            else index.zoekt_enabled_namespace.root_namespace_id,
+            "path": None
+            if index.zoekt_enabled_namespace is None
+            else index.zoekt_enabled_namespace.root_namespace.path,
+            "replica_id": index.zoekt_replica_id,
+            "project_namespace_id_from": (index.project_namespace_id_range or (None, None))[0],
+            "project_namespace_id_to": (index.project_namespace_id_range or (None, None))[1],
+            "used_storage_bytes": index.used_storage_bytes,
+            "reserved_storage_bytes": index.reserved_storage_bytes,
+        }
+        for index in Index.objects.filter(zoekt_node_id=node_id)
+        .select_related("zoekt_enabled_namespace__root_namespace")
+        .order_by("zoekt_enabled_namespace__root_namespace_id", "id")
+    ]
     return _render(
         request,
         "node_detail.html",
         "fleet",
         f"Node {detail.name}",
         detail=detail,
+        state=state,
+        indices=indices,
+        namespace_count=len({i["root_namespace_id"] for i in indices} - {None}),
         disk_chart=disk,
         memory_chart=memory,
         disk_legend=charts.legend(
