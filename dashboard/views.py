@@ -27,6 +27,7 @@ from functools import wraps
 
 from django.contrib import admin
 from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.safestring import SafeString
@@ -57,7 +58,7 @@ from gitlab_sync import status as gitlab_status
 from planner import records
 from zoekt import clock, memory, units
 from zoekt.admin import human_bytes
-from zoekt.models import Index, Namespace
+from zoekt.models import Index, Namespace, Node
 
 PAGES = (
     ("fleet", "Fleet"),
@@ -424,6 +425,25 @@ def node(request: HttpRequest, node_id: int) -> HttpResponse:
     )
 
 
+def node_named(request: HttpRequest, name: str) -> HttpResponse:
+    """The node page of the node called ``name`` (the most recently seen, should two share
+    it): how pages that keep a node's name, not its id (plans, moves), link to it."""
+    node_id = (
+        Node.objects.filter(metadata__name=name)
+        .order_by("-last_seen_at", "-id")
+        .values_list("id", flat=True)
+        .first()
+    )
+    if node_id is None:
+        raise Problem(
+            404,
+            f"No node {name}",
+            f"No node is called {name} now: it was deleted, or renamed (a plan or a move "
+            "keeps the name the node had then).",
+        )
+    return redirect("dashboard-node", node_id)
+
+
 # ----------------------------------------------------------------------------
 # Plans
 # ----------------------------------------------------------------------------
@@ -611,6 +631,7 @@ def urls() -> list:
     return [
         path("", view(fleet, "fleet"), name="dashboard-fleet"),
         path("nodes/<int:node_id>/", view(node, "fleet"), name="dashboard-node"),
+        path("nodes/named/<str:name>/", view(node_named, "fleet"), name="dashboard-node-named"),
         path("plans/", view(plans, "plans"), name="dashboard-plans"),
         path("plans/<int:plan_id>/", view(plan, "plans"), name="dashboard-plan"),
         path("namespaces/", view(namespaces, "namespaces"), name="dashboard-namespaces"),

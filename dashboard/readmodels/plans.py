@@ -207,6 +207,7 @@ def plan_detail(
                 )
                 for node in item["nodes"]
             ]
+            candidates.sort(key=lambda c: (natural_key(c.node_name), c.node_id))
         views.append(
             NamespacePlanView(
                 namespace_id=ns["namespace_id"],
@@ -258,6 +259,7 @@ def plan_detail(
         for node_id, node_name in sorted(names.items(), key=lambda item: natural_key(item[1]))
         if node_id not in placed
     ]
+    nodes.sort(key=lambda node: (natural_key(node["name"]), node["id"]))  # as on every page
     return PlanDetail(
         row=PlanRow(row.id, row.created_at, row.dry_run, summary),
         page=page_obj,

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 from django import template
+from django.urls import reverse
+from django.utils.html import format_html
 
 from zoekt.admin import human_bytes
 from zoekt.units import binary_size_in, project_namespace_range
@@ -120,3 +122,17 @@ def audit_details(value: dict | None) -> str:
     if not value:
         return "-"
     return json.dumps(value, sort_keys=True, default=str, separators=(", ", ": "))
+
+
+@register.simple_tag
+def node_link(name: str | None, node_id: int | None = None) -> str:
+    """A node's name linking to its page: by id when the row has one, else by name
+    (``dashboard-node-named`` finds the node); ``-`` without a name."""
+    if not name:
+        return "-"
+    url = (
+        reverse("dashboard-node", args=[node_id])
+        if node_id is not None
+        else reverse("dashboard-node-named", args=[name])
+    )
+    return format_html('<a class="node-name" href="{}">{}</a>', url, name)

@@ -171,3 +171,37 @@ def test_the_admins_front_page_links_every_dashboard_page_in_tab_order(admin_cli
     assert box
     listed = re.findall(r'<th scope="row"><a href="([^"]+)">([^<]+)</a></th>', box.group(1))
     assert listed == [(reverse(f"dashboard-{key}"), label) for key, label in views.PAGES]
+
+
+# --- node names link to the node page ---------------------------------------------------
+
+
+def test_a_node_named_in_a_plan_or_a_move_links_to_its_page(admin_client, now):
+    node = build_fleet(2, 0).nodes[1]
+    response = admin_client.get(reverse("dashboard-node-named", args=[node.name]))
+    assert response.status_code == 302
+    assert response.url == reverse("dashboard-node", args=[node.id])
+
+
+def test_a_name_no_node_has_now_is_a_framed_404(admin_client):
+    response = admin_client.get(reverse("dashboard-node-named", args=["zoekt-gone"]))
+    assert_framed_problem(response, 404, "fleet", "No node is called zoekt-gone now")
+
+
+def test_every_node_name_on_the_plan_and_namespace_pages_links_to_the_node_page(
+    admin_client, now, dry_run_plan
+):
+    fleet = build_fleet(3, 1)
+    plan = dry_run_plan((10**6,))
+    for url in (
+        reverse("dashboard-plan", args=[plan.id]),
+        reverse("dashboard-namespace", args=[fleet.namespaces[0].root_namespace_id]),
+    ):
+        body = admin_client.get(url).content.decode()
+        linked = set(re.findall(r'<a class="node-name" href="[^"]+">([^<]+)</a>', body))
+        assert linked, url
+        assert linked <= {node.name for node in fleet.nodes}
+    # The plan's candidate nodes are listed by name, placed or not.
+    body = admin_client.get(reverse("dashboard-plan", args=[plan.id])).content.decode()
+    listed = re.findall(r'<tr data-plan-node="([^"]+)"', body)
+    assert listed == sorted(listed, key=lambda name: int(name.split("-")[1]))

@@ -14,6 +14,7 @@ from tests.dashboard.builders import GIB, build_fleet, unplaced_namespace
 from zoekt import app_settings, memory
 from zoekt.admin import human_bytes
 from zoekt.models import EnabledNamespace, Index, Node
+from zoekt.units import binary_size_in, binary_unit
 
 pytestmark = pytest.mark.django_db
 
@@ -120,8 +121,13 @@ def test_fleet_page_shows_each_nodes_disk_memory_and_health(admin_client, now):
         assert cell(row, "total") == size(node.total_bytes)
         assert cell(row, "online") == ("yes" if node.is_online() else "no")
         assert cell(row, "searchable").startswith("yes" if node.id in searchable else "no")
-        assert cell(row, "estimated") == size(report[node.id].estimated_memory_bytes)
-        assert cell(row, "rss") == size(report[node.id].rss_bytes)
+        # The memory sizes of a row share the unit of its largest (binary_size_in).
+        m = report[node.id]
+        unit = binary_unit(max(m.estimated_memory_bytes, m.rss_bytes, m.memory_budget_bytes or 0))
+        assert cell(row, "estimated") == " ".join(
+            binary_size_in(m.estimated_memory_bytes, unit).split()
+        )
+        assert cell(row, "rss") == " ".join(binary_size_in(m.rss_bytes, unit).split())
         assert cell(row, "shards") == str(report[node.id].shards_loaded)
         assert cell(row, "indices") == str(Index.objects.filter(zoekt_node=node).count())
         assert row.count("<line ") >= 3  # watermark lines at 60/75/85 %
