@@ -168,7 +168,7 @@ def seed() -> dict:
         "detail_nodes": sorted({index.zoekt_node.name for index in detail_indices}),
         "over_high": [waiting.name, hot.name],
         "cooling": [hot.name],
-        "cooling_until": f"{hot.eviction_cooldown_until:%Y-%m-%d %H:%M}",
+        "cooling_until": f"{hot.eviction_cooldown_until:%Y-%m-%d %H:%M} UTC",
         "node_order": sorted((node.name for node in nodes), key=lambda n: int(n.split("-")[1])),
         "split": str(
             len(
@@ -291,7 +291,7 @@ def test_operator_reads_every_dashboard_page(browser_ready, live_server, tmp_pat
         fits = f"#plan-namespaces tr[data-namespace-id='{expected['fits']}']"
         assert text(page, f"{fits} td.action") == "create"
         assert text(page, f"{fits} td.verdict") == "ok"
-        assert f"{expected['fits_node']}: took index 0 of replica 0" in text(
+        assert f"{expected['fits_node']}: took index 1 of planned replica 1" in text(
             page, f"{fits} td.candidates"
         )
         too_big = f"#plan-namespaces tr[data-namespace-id='{expected['too_big']}']"

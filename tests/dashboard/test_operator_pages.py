@@ -358,3 +358,28 @@ def test_sizes_on_one_fleet_row_share_one_unit(admin_client, now):
     for column in ("estimated", "rss", "budget", "reserved", "unclaimed", "total"):
         assert cell(row, column).split()[1] == "GiB", (column, cell(row, column))
     assert cell(row, "estimated").startswith(f"{report.estimated_memory_bytes / GIB:.1f}")
+
+
+def test_every_time_a_page_shows_says_it_is_utc(admin_client, now, dry_run_plan):
+    fleet = build_fleet(3, 2)
+    plan = dry_run_plan((10**6,))
+    Node.objects.filter(pk=fleet.nodes[0].pk).update(
+        high_watermark_exceeded_at=now, eviction_cooldown_until=now + timedelta(hours=2)
+    )
+    EnabledNamespace.objects.update(last_rollout_failed_at=now)
+    pages = [
+        reverse("dashboard-fleet"),
+        reverse("dashboard-plans"),
+        reverse("dashboard-plan", args=[plan.id]),
+        reverse("dashboard-namespaces"),
+        reverse("dashboard-namespace", args=[fleet.namespaces[0].root_namespace_id]),
+        reverse("dashboard-evictions"),
+        reverse("dashboard-node", args=[fleet.nodes[0].id]),
+    ]
+    stamped = 0
+    for url in pages:
+        text = page_text(admin_client.get(url))
+        bare = re.findall(r"\b\d{4}-\d\d-\d\d \d\d:\d\d(?::\d\d)?(?![:\d]| UTC)", text)
+        assert bare == [], (url, bare)
+        stamped += len(re.findall(r"\d\d:\d\d(?::\d\d)? UTC", text))
+    assert stamped >= len(pages)

@@ -241,9 +241,9 @@ def test_plan_page_shows_each_namespaces_decision_and_each_candidates_reason(
     taken_name = next(node.name for node in fleet.nodes if node.id == taken)
     assert cell(ok_row, "action") == "create"
     assert cell(ok_row, "verdict") == "ok"
-    assert f"{taken_name} : took index 0 of replica 0" in cell(ok_row, "candidates")
+    assert f"{taken_name} : took index 1 of planned replica 1" in cell(ok_row, "candidates")
     failed_row = row_html(response, "data-namespace-id", too_big)
-    assert cell(failed_row, "verdict").startswith("failed node unavailable (replica 0)")
+    assert cell(failed_row, "verdict").startswith("failed node unavailable (planned replica 1)")
     candidates = cell(failed_row, "candidates")
     for node in fleet.nodes:
         assert f"{node.name} : passed over: insufficient unclaimed storage" in candidates
@@ -266,7 +266,7 @@ def test_plan_page_shows_the_placement_and_each_balanced_choices_score(
     taken = next(node.name for node in fleet.nodes if node.id == decision["node_id"])
     others = sorted(node.name for node in fleet.nodes if node.id != decision["node_id"])
     row = row_html(response, "data-namespace-id", plan.explanation[0]["namespace_id"])
-    line = f"index 0 of replica 0: {taken} scored {decision['score']:.3f}; next "
+    line = f"index 1 of planned replica 1: {taken} scored {decision['score']:.3f}; next "
     assert line in cell(row, "candidates")
     for name in others:
         assert name in cell(row, "candidates").split(line)[1]
