@@ -24,8 +24,10 @@ from planner.rollout import RolloutService
 from tests.browser.conftest import (
     DOCS_SCREENSHOTS,
     PASSWORD,
+    VIEWPORT,
     chromium_page,
     log_in,
+    page_width,
     photograph,
     refreshing,
 )
@@ -40,6 +42,21 @@ pytestmark = pytest.mark.django_db(transaction=True, reset_sequences=True)
 
 PLANNED_AT = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 GIB = 1024**3
+# Links that lead nowhere: (path, status, the tab it belongs to, what the page says).
+DEAD_ENDS = [
+    ("/admin/dashboard/namespaces/999999/", 404, "namespaces", "no namespace 999999"),
+    ("/admin/dashboard/nodes/999999/", 404, "fleet", "There is no node with id 999999"),
+    ("/admin/dashboard/nodes/named/zoekt-99/", 404, "fleet", "No node is called zoekt-99"),
+    ("/admin/dashboard/plans/999999/", 404, "plans", "only the last 50 plans are kept"),
+    ("/admin/dashboard/namespaces/?filter=bogus", 400, "namespaces", "The filter bogus"),
+    ("/admin/dashboard/namespaces/?sort=bogus", 400, "namespaces", "The sort bogus"),
+    ("/admin/dashboard/namespaces/?page=999", 404, "namespaces", "There is no page 999"),
+    ("/admin/dashboard/namespaces/?page=abc", 400, "namespaces", "The page abc is not"),
+    ("/admin/dashboard/namespaces/?page=-1", 400, "namespaces", "The page -1 is not"),
+    ("/admin/dashboard/moves/?page=2", 404, "moves", "There is no page 2"),
+    ("/admin/dashboard/audit/?via=telnet", 400, "audit", "The via telnet is not known"),
+    ("/admin/dashboard/audit/?since=yesterday", 400, "audit", "The since yesterday"),
+]
 # The Dashboard box on the admin's front page, in the order of the dashboard's tabs.
 DASHBOARD_PAGES = [
     "Fleet",
@@ -231,6 +248,7 @@ def test_operator_reads_every_dashboard_page(browser_ready, live_server, tmp_pat
     base = live_server.url
     seen: dict[str, str] = {}
     overflow: dict[str, int] = {}
+    seen_problems: list[str] = []
     # From here on: strings only, no ORM (Playwright's loop runs in this thread).
     with chromium_page(tmp_path / "profile") as page:
         log_in(page, base, "operator")
@@ -399,8 +417,28 @@ def test_operator_reads_every_dashboard_page(browser_ready, live_server, tmp_pat
             page.wait_for_url(f"{base}/admin/dashboard/{key}/")
             photograph(page, tmp_path, f"dashboard-{key}", overflow)
 
+        # --- dead ends: each answers in the dashboard's frame and links back ---------
+        plan_url = f"/admin/dashboard/plans/{expected['plan_id']}/"
+        for path, status, tab, words in [
+            *DEAD_ENDS,
+            (f"{plan_url}?filter=bogus", 400, "plans", "The filter bogus is not known"),
+            (f"{plan_url}?page=5", 404, "plans", "There is no page 5"),
+        ]:
+            response = page.goto(f"{base}{path}")
+            assert response is not None and response.status == status, path
+            assert page.locator(".dashboard-tabs a.active").get_attribute("data-page") == tab
+            assert words in text(page, "#dashboard-problem"), path
+            assert page_width(page) <= VIEWPORT["width"], path
+            seen_problems.append(path)
+        # The way back leads back: the last dead end's link to its tab.
+        page.goto(f"{base}/admin/dashboard/namespaces/?page=abc")
+        photograph(page, tmp_path, "dashboard-problem", overflow)
+        page.click("#dashboard-problem-links a.back")
+        page.wait_for_url(f"{base}/admin/dashboard/namespaces/")
+
     # Every page fits both windows: no sideways scrolling of the page itself.
     assert overflow == {}
+    assert len(seen_problems) == len(DEAD_ENDS) + 2
 
     # Every candidate was too small for the monorepo: each is named with its reason.
     assert "insufficient unclaimed storage" in seen["too_big_candidates"]
@@ -426,6 +464,7 @@ def test_operator_reads_every_dashboard_page(browser_ready, live_server, tmp_pat
         "balance",
         "gitlab",
         "audit",
+        "problem",
     ):
         shot = name if name.startswith("admin") else f"dashboard-{name}"
         for suffix in ("", "-1024"):
