@@ -9,7 +9,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from zoekt.admin import human_bytes
-from zoekt.units import binary_size_in, project_namespace_range
+from zoekt.units import binary_size_in, binary_unit, project_namespace_range
 
 register = template.Library()
 
@@ -24,6 +24,15 @@ def bytes_filter(value: int | None) -> str:
 def bytes_in(value: int | None, unit: str) -> str:
     """A size in a row's common unit (``binary_size_in``): ``0.8 GiB`` beside ``1.0 GiB``."""
     return human_bytes(None) if value is None else binary_size_in(value, unit)
+
+
+@register.filter
+def over_bytes(used: int | None, reserved: int | None) -> str:
+    """``used / reserved`` in one unit, the larger's: ``0.3 GiB / 1.0 GiB``."""
+    if used is None or reserved is None:
+        return f"{human_bytes(used)} / {human_bytes(reserved)}"
+    unit = binary_unit(max(abs(used), abs(reserved)))
+    return f"{binary_size_in(used, unit)} / {binary_size_in(reserved, unit)}"
 
 
 @register.filter

@@ -383,3 +383,17 @@ def test_every_time_a_page_shows_says_it_is_utc(admin_client, now, dry_run_plan)
         assert bare == [], (url, bare)
         stamped += len(re.findall(r"\d\d:\d\d(?::\d\d)? UTC", text))
     assert stamped >= len(pages)
+
+
+def test_used_over_reserved_on_an_index_row_shares_one_unit(admin_client, now):
+    fleet = build_fleet(2, 1)
+    index = Index.objects.filter(zoekt_enabled_namespace=fleet.namespaces[0]).order_by("id")[0]
+    Index.objects.filter(pk=index.pk).update(
+        used_storage_bytes=300 * 1024**2, reserved_storage_bytes=GIB
+    )
+    for url in (
+        reverse("dashboard-namespace", args=[fleet.namespaces[0].root_namespace_id]),
+        reverse("dashboard-node", args=[index.zoekt_node_id]),
+    ):
+        row = row_html(admin_client.get(url), "data-index-id", index.id)
+        assert "0.3 GiB / 1.0 GiB" in " ".join(re.sub(r"<[^>]+>", " ", row).split()), url
