@@ -147,8 +147,8 @@ def memory_bars(
     across nodes. A missing figure is an empty track. The node's reported
     memory limit, when there is one, is a brown tick on the RSS track. With a
     budget, the memory watermarks (``watermark_limits``: low, high, critical
-    shares of the budget, which RSS is compared with) are dashed marks across
-    the estimate and RSS tracks, in the disk bar's watermark colours.
+    shares of the budget) are dashed marks on the RSS track only, in the disk
+    bar's watermark colours: they apply to observed RSS, not to the estimate.
     """
     scale = width / scale_bytes if scale_bytes > 0 else 0.0
     rows = (
@@ -176,9 +176,10 @@ def memory_bars(
         for limit, colour in zip(watermark_limits, WATERMARK_COLOURS, strict=False):
             x = min(limit * budget_bytes * scale, width - 1)
             body.append(
-                f'<line x1="{x:.1f}" y1="0" x2="{x:.1f}" y2="{2 * bar + gap}" '
-                f'stroke="{colour}" stroke-width="1.5" stroke-dasharray="2,1">'
-                f"<title>memory watermark {_pct(limit)} of the budget "
+                f'<line x1="{x:.1f}" y1="{bar + gap}" x2="{x:.1f}" y2="{2 * bar + gap}" '
+                f'stroke="{colour}" stroke-width="1.5" stroke-dasharray="2,1" '
+                'class="memory-watermark">'
+                f"<title>RSS watermark {_pct(limit)} of the budget "
                 f"({_bytes(int(limit * budget_bytes))})</title></line>"
             )
     height = 3 * bar + 2 * gap
@@ -275,6 +276,10 @@ def _path(
     return " ".join(parts)
 
 
+#: Up to this many points on a line, each is drawn as a dot too.
+MARKED_POINTS = 48
+
+
 def time_series(
     series: Sequence[Series],
     *,
@@ -351,13 +356,18 @@ def time_series(
             f'stroke-width="1.5" stroke-linejoin="round" data-series="{escape(name)}">'
             f"<title>{escape(title)}</title></path>"
         )
-        if len(drawn) == 1 or (
-            len(drawn) > 1 and (last_at - drawn[-2][0]).total_seconds() > gap_seconds
-        ):
-            # A lone point draws no line: mark it.
+        if len(drawn) <= MARKED_POINTS:
+            # Few samples (a node that just registered): each one a dot that can be seen.
+            marked = drawn
+        elif (last_at - drawn[-2][0]).total_seconds() > gap_seconds:
+            marked = drawn[-1:]  # a lone last point draws no line: mark it
+        else:
+            marked = []
+        for at, value in marked:
             body.append(
-                f'<circle cx="{x(last_at):.1f}" cy="{y(last):.1f}" r="2" fill="{colour}">'
-                f"<title>{escape(title)}</title></circle>"
+                f'<circle cx="{x(at):.1f}" cy="{y(value):.1f}" r="3.5" fill="{colour}" '
+                f'data-series="{escape(name)}"><title>{escape(name)} {escape(y_label(value))} '
+                f"({at:%m-%d %H:%M} UTC)</title></circle>"
             )
     return _svg(width, height, label, body, "chart history")
 

@@ -52,20 +52,25 @@ def bucket(at: datetime, interval_seconds: int = SAMPLE_INTERVAL_SECONDS) -> dat
 
 
 def sample_nodes(
-    *, now: datetime | None = None, settings: app_settings.ZoektSettings | None = None
+    *,
+    now: datetime | None = None,
+    settings: app_settings.ZoektSettings | None = None,
+    node_ids: list[int] | None = None,
 ) -> int:
     """Write this interval's sample of every node seen within it; returns the nodes sampled.
 
     Statements: the nodes (1), their memory (``zoekt.memory.node_memory_report``,
     3) and one insert, whatever the fleet size; nothing more when no node was
-    seen. A node already sampled in this interval keeps its row.
+    seen. A node already sampled in this interval keeps its row. ``node_ids``: only these
+    (a node's first sample, taken when it registers).
     """
     now = now or clock.now()
     settings = settings or app_settings.current()
+    seen = Node.objects.filter(last_seen_at__gt=now - timedelta(seconds=SAMPLE_INTERVAL_SECONDS))
+    if node_ids is not None:
+        seen = seen.filter(id__in=node_ids)
     nodes = list(
-        Node.objects.filter(last_seen_at__gt=now - timedelta(seconds=SAMPLE_INTERVAL_SECONDS))
-        .order_by("id")
-        .values_list("id", "used_bytes", "total_bytes", "indexed_bytes")
+        seen.order_by("id").values_list("id", "used_bytes", "total_bytes", "indexed_bytes")
     )
     if not nodes:
         return 0
@@ -247,7 +252,11 @@ def recent_disk_by_node(
 
 
 def disk_sparklines(
-    *, now: datetime | None = None, high_watermark: float | None = None, hours: int = 24
+    *,
+    now: datetime | None = None,
+    high_watermark: float | None = None,
+    hours: int = 24,
+    width: int = 200,
 ) -> dict[int, SafeString]:
     """``{node_id: sparkline}`` of each node's peak disk share per hour over the last day.
 
@@ -264,7 +273,7 @@ def disk_sparklines(
             start=start,
             end=now,
             limit=high_watermark,
-            width=200,
+            width=width,
             height=14,
             label=f"disk used, peak per hour over the last {hours} h: "
             f"last {points[-1][1]:.1%}, peak {peak:.1%}",

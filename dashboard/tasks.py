@@ -21,3 +21,11 @@ def record_node_history_task() -> dict:
     result = history.record_history()
     log.info("node_history", **result)
     return result
+
+
+@shared_task(name="dashboard.sample_node")
+def sample_node_task(node_id: int) -> int:
+    """The first sample of a node that just registered (``zoekt.hooks``)."""
+    sampled = history.sample_nodes(node_ids=[node_id])
+    log.info("node_sampled", node_id=node_id, sampled=sampled)
+    return sampled

@@ -7,6 +7,11 @@ eviction decisions), ``.../moves/`` (moves in flight and recent),
 ``.../maintenance/`` (node shutdown records, live and recent), ``.../balance/`` (the
 desired balance and the rebalance reconciler), ``.../audit/`` (the audit trail of
 operator actions, filtered).
+
+A link that leads nowhere (an unknown namespace, node or plan id, a filter or sort the page
+does not offer, a page number past the end or not a number) is answered by one page in the
+dashboard's frame (``problem.html``): what is wrong, why when the view knows, and links
+back, with a 404 or a 400 (docs/dashboard.md, "When a link leads nowhere").
 Each view reads one function of its page's module in ``dashboard.readmodels`` (a
 fixed number of queries) and renders a template under ``templates/zoekt/dashboard/`` that
 extends the admin's ``base_site.html``; charts are inline SVG drawn by
@@ -16,12 +21,15 @@ every view: anonymous users are sent to the admin login, non-staff refused.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import wraps
 
 from django.contrib import admin
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect
 from django.template.response import TemplateResponse
-from django.urls import path
+from django.urls import path, reverse
 from django.utils.safestring import SafeString
 
 from dashboard import charts, history
@@ -35,7 +43,7 @@ from dashboard.readmodels.audit import (
 )
 from dashboard.readmodels.balance import balance_page, index_balance
 from dashboard.readmodels.capacity import capacity_page
-from dashboard.readmodels.common import UnknownChoice
+from dashboard.readmodels.common import INDEX_STATE_NAMES, BadPage, UnknownChoice
 from dashboard.readmodels.evictions import eviction_page
 from dashboard.readmodels.fleet import NodeRow, fleet_overview
 from dashboard.readmodels.maintenance import maintenance_page
@@ -48,8 +56,10 @@ from dashboard.readmodels.namespaces import (
 )
 from dashboard.readmodels.plans import PLAN_FILTERS, plan_detail, recent_plans
 from gitlab_sync import status as gitlab_status
-from zoekt import clock, memory
+from planner import records
+from zoekt import clock, memory, units
 from zoekt.admin import human_bytes
+from zoekt.models import Index, Namespace, Node
 
 PAGES = (
     ("fleet", "Fleet"),
@@ -80,6 +90,100 @@ def _render(request: HttpRequest, template: str, tab: str, title: str, **context
 
 
 # ----------------------------------------------------------------------------
+# Dead ends: one page in the dashboard's frame, naming the problem and linking back
+# ----------------------------------------------------------------------------
+
+
+@dataclass
+class Problem(Exception):
+    """What a view found wrong with its link: the heading, the reason, the links back."""
+
+    status: int
+    heading: str
+    reason: str
+    links: list[tuple[str, str]] = field(default_factory=list)
+
+
+def _without(request: HttpRequest, *names: str, **values: object) -> str:
+    """This page's URL without the query parameters ``names``, with ``values`` set."""
+    query = request.GET.copy()
+    for name in (*names, *values):
+        query.pop(name, None)
+    for name, value in values.items():
+        query[name] = str(value)
+    encoded = query.urlencode()
+    return request.path + (f"?{encoded}" if encoded else "")
+
+
+def _problem_of(request: HttpRequest, error: Exception) -> Problem:
+    if isinstance(error, Problem):
+        return error
+    if isinstance(error, BadPage):
+        last = max(error.num_pages, 1)
+        return Problem(
+            error.status,
+            f"No page {error.value}",
+            (
+                f"There is no page {error.value}: the list has {last} "
+                f"page{'' if last == 1 else 's'}."
+                if error.past_the_end
+                else f"The page {error.value} is not a page number (a whole number from 1)."
+            ),
+            [
+                (_without(request, "page"), "the first page"),
+                (_without(request, page=last), f"the last page ({last})"),
+            ],
+        )
+    if isinstance(error, UnknownChoice):
+        return Problem(
+            400,
+            f"Unknown {error.field}",
+            f"The {error.field} {error.value} is not known. Choose one of: "
+            f"{', '.join(error.choices)}; or leave it out.",
+            [
+                (_without(request, error.field, "page"), f"without a {error.field}"),
+                *(
+                    (_without(request, "page", **{error.field: choice}), choice)
+                    for choice in error.choices
+                ),
+            ],
+        )
+    if isinstance(error, BadFilterValue):
+        return Problem(
+            400,
+            f"Unreadable {error.field}",
+            f"The {error.field} {error.value} is not {error.expected}.",
+            [(_without(request, error.field, "page"), f"without a {error.field}")],
+        )
+    raise error
+
+
+def framed(view: Callable[..., HttpResponse], tab: str) -> Callable[..., HttpResponse]:
+    """``view``, whose dead ends (``Problem``, an unknown choice, an unreadable filter, a
+    page that is none) are answered in the dashboard's frame with their status."""
+
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+        try:
+            return view(request, *args, **kwargs)
+        except (Problem, BadPage, UnknownChoice, BadFilterValue) as error:
+            problem = _problem_of(request, error)
+        label = dict(PAGES)[tab]
+        response = _render(
+            request,
+            "problem.html",
+            tab,
+            problem.heading,
+            problem=problem,
+            back=(reverse(f"dashboard-{tab}"), label),
+        )
+        response.status_code = problem.status
+        return response
+
+    return wrapper
+
+
+# ----------------------------------------------------------------------------
 # Fleet
 # ----------------------------------------------------------------------------
 
@@ -91,6 +195,14 @@ class NodeChart:
     memory: SafeString
     budget_bytes: int | None
     budget_source: str | None
+    # One unit per row for its sizes (the largest figure's), so 0.8 GiB sits beside 1.0 GiB.
+    disk_unit: str
+    memory_unit: str
+
+
+#: The disk and memory bars of a node's row: narrow enough that the node table fits a
+#: 1440 px window whole (and scrolls inside its box at 1024 px).
+ROW_BAR_WIDTH = 120
 
 
 def fleet(request: HttpRequest) -> HttpResponse:
@@ -122,6 +234,7 @@ def fleet(request: HttpRequest) -> HttpResponse:
                     reserved_bytes=node.reserved_storage_bytes,
                     usable_bytes=node.usable_storage_bytes,
                     limits=overview.watermark_limits,
+                    width=ROW_BAR_WIDTH,
                 ),
                 memory=charts.memory_bars(
                     estimated_bytes=None if m is None else m.estimated_memory_bytes,
@@ -130,9 +243,30 @@ def fleet(request: HttpRequest) -> HttpResponse:
                     limit_bytes=None if m is None else m.memory_limit_bytes,
                     scale_bytes=scale,
                     watermark_limits=memory.memory_watermark_limits(),
+                    width=ROW_BAR_WIDTH,
                 ),
                 budget_bytes=None if m is None else m.memory_budget_bytes,
                 budget_source=None if m is None else m.budget_source,
+                disk_unit=units.binary_unit(
+                    max(
+                        node.total_bytes,
+                        node.reserved_storage_bytes,
+                        abs(node.unclaimed_storage_bytes),
+                    )
+                ),
+                memory_unit=units.binary_unit(
+                    max(
+                        (
+                            value or 0
+                            for value in (
+                                None if m is None else m.estimated_memory_bytes,
+                                None if m is None else m.rss_bytes,
+                                None if m is None else m.memory_budget_bytes,
+                            )
+                        ),
+                        default=0,
+                    )
+                ),
             )
         )
     total = overview.totals("total_bytes")
@@ -175,22 +309,32 @@ def fleet(request: HttpRequest) -> HttpResponse:
                 (charts.BUDGET, "budget"),
                 (charts.LIMIT, "reported memory limit (tick)"),
             ],
-            line="dashed marks: memory watermarks "
+            line="dashed marks on the RSS bar: memory watermarks "
             + " / ".join(f"{limit:.0%}" for limit in memory.memory_watermark_limits())
-            + " of the budget",
+            + " of the budget (they apply to RSS, not to the estimate)",
         ),
         memory_scale=human_bytes(scale),
         disk_sparklines=history.disk_sparklines(
-            now=overview.now, high_watermark=overview.watermark_limits[1]
+            now=overview.now, high_watermark=overview.watermark_limits[1], width=ROW_BAR_WIDTH
         ),
     )
+
+
+#: The node page's charts, drawn this wide and scaled by CSS to the page's width.
+NODE_CHART_WIDTH = 1200
 
 
 def node(request: HttpRequest, node_id: int) -> HttpResponse:
     """One node's history (``dashboard.history``): disk share, and RSS against the estimate."""
     detail = history.node_history(node_id)
     if detail is None:
-        raise Http404("no such node")
+        raise Problem(
+            404,
+            f"No node {node_id}",
+            f"There is no node with id {node_id}: it was deleted, or never registered. "
+            "A node appears with its first heartbeat.",
+            [(reverse("dashboard-maintenance"), "Maintenance (nodes drained or replaced)")],
+        )
     limits = detail.watermark_limits
     samples = detail.samples
     gap = 2.5 * history.SAMPLE_INTERVAL_SECONDS
@@ -208,6 +352,7 @@ def node(request: HttpRequest, node_id: int) -> HttpResponse:
             )
         ],
         label=f"disk used by {detail.name} over the last {history.RETENTION_SECONDS // 86400} days",
+        width=NODE_CHART_WIDTH,
     )
     memory_series = [
         ("RSS", charts.OBSERVED, [(s.sampled_at, s.rss_bytes) for s in samples]),
@@ -230,13 +375,40 @@ def node(request: HttpRequest, node_id: int) -> HttpResponse:
         y_label=lambda value: human_bytes(int(value)),
         gap_seconds=gap,
         label=f"memory of {detail.name}: RSS, estimate and budget",
+        width=NODE_CHART_WIDTH,
     )
+    # Its row of the fleet page (online, searchable, disk, tasks, eviction clock, shutdown),
+    # and what it holds: its indices with their namespaces.
+    state = next((row for row in fleet_overview().nodes if row.id == node_id), None)
+    indices = [
+        {
+            "id": index.id,
+            "state": INDEX_STATE_NAMES.get(index.state, str(index.state)),
+            "root_namespace_id": None
+            if index.zoekt_enabled_namespace is None
+            else index.zoekt_enabled_namespace.root_namespace_id,
+            "path": None
+            if index.zoekt_enabled_namespace is None
+            else index.zoekt_enabled_namespace.root_namespace.path,
+            "replica_id": index.zoekt_replica_id,
+            "project_namespace_id_from": (index.project_namespace_id_range or (None, None))[0],
+            "project_namespace_id_to": (index.project_namespace_id_range or (None, None))[1],
+            "used_storage_bytes": index.used_storage_bytes,
+            "reserved_storage_bytes": index.reserved_storage_bytes,
+        }
+        for index in Index.objects.filter(zoekt_node_id=node_id)
+        .select_related("zoekt_enabled_namespace__root_namespace")
+        .order_by("zoekt_enabled_namespace__root_namespace_id", "id")
+    ]
     return _render(
         request,
         "node_detail.html",
         "fleet",
         f"Node {detail.name}",
         detail=detail,
+        state=state,
+        indices=indices,
+        namespace_count=len({i["root_namespace_id"] for i in indices} - {None}),
         disk_chart=disk,
         memory_chart=memory,
         disk_legend=charts.legend(
@@ -253,6 +425,25 @@ def node(request: HttpRequest, node_id: int) -> HttpResponse:
         interval_minutes=history.SAMPLE_INTERVAL_SECONDS // 60,
         retention_days=history.RETENTION_SECONDS // 86400,
     )
+
+
+def node_named(request: HttpRequest, name: str) -> HttpResponse:
+    """The node page of the node called ``name`` (the most recently seen, should two share
+    it): how pages that keep a node's name, not its id (plans, moves), link to it."""
+    node_id = (
+        Node.objects.filter(metadata__name=name)
+        .order_by("-last_seen_at", "-id")
+        .values_list("id", flat=True)
+        .first()
+    )
+    if node_id is None:
+        raise Problem(
+            404,
+            f"No node {name}",
+            f"No node is called {name} now: it was deleted, or renamed (a plan or a move "
+            "keeps the name the node had then).",
+        )
+    return redirect("dashboard-node", node_id)
 
 
 # ----------------------------------------------------------------------------
@@ -272,14 +463,17 @@ def plans(request: HttpRequest) -> HttpResponse:
 
 def plan(request: HttpRequest, plan_id: int) -> HttpResponse:
     current = request.GET.get("filter", "")
-    error = None
     if current not in PLAN_FILTERS:
-        error = UnknownChoice("filter", current, PLAN_FILTERS)
-        current = ""
+        raise UnknownChoice("filter", current, PLAN_FILTERS)
     detail = plan_detail(plan_id, filter=current, page=request.GET.get("page", 1))
     if detail is None:
-        raise Http404("no such rollout plan (only the last 50 are kept)")
-    response = _render(
+        raise Problem(
+            404,
+            f"No rollout plan {plan_id}",
+            f"Rollout plan {plan_id} is not kept: only the last {records.KEEP} plans are "
+            "kept, dry runs included, and a plan id never comes back.",
+        )
+    return _render(
         request,
         "plan_detail.html",
         "plans",
@@ -287,12 +481,7 @@ def plan(request: HttpRequest, plan_id: int) -> HttpResponse:
         detail=detail,
         filters=PLAN_FILTERS,
         current_filter=current,
-        error=error,
     )
-    if error is not None:
-        # The whole plan is shown below the error, but the status says the link was wrong.
-        response.status_code = 400
-    return response
 
 
 # ----------------------------------------------------------------------------
@@ -304,30 +493,9 @@ def namespaces(request: HttpRequest) -> HttpResponse:
     query = request.GET.get("q", "")
     current = request.GET.get("filter", "")
     sort = request.GET.get("sort", "")
-    context = {
-        "query": query,
-        "filters": NAMESPACE_FILTERS,
-        "sorts": NAMESPACE_SORTS,
-        "current_filter": current,
-        "current_sort": sort,
-    }
-    try:
-        page, rows = namespace_page(
-            query=query, filter=current, sort=sort, page=request.GET.get("page", 1)
-        )
-    except UnknownChoice as error:
-        # Not silently everything: say which value is wrong and which are known.
-        response = _render(
-            request,
-            "namespaces.html",
-            "namespaces",
-            "Enabled namespaces",
-            error=error,
-            rows=[],
-            **{**context, "current_filter": "", "current_sort": ""},
-        )
-        response.status_code = 400
-        return response
+    page, rows = namespace_page(
+        query=query, filter=current, sort=sort, page=request.GET.get("page", 1)
+    )
     return _render(
         request,
         "namespaces.html",
@@ -335,14 +503,20 @@ def namespaces(request: HttpRequest) -> HttpResponse:
         "Enabled namespaces",
         page=page,
         rows=rows,
-        **context,
+        query=query,
+        filters=NAMESPACE_FILTERS,
+        sorts=NAMESPACE_SORTS,
+        current_filter=current,
+        current_sort=sort,
     )
 
 
 def namespace(request: HttpRequest, root_namespace_id: int) -> HttpResponse:
     detail = namespace_detail(root_namespace_id)
     if detail is None:
-        raise Http404("this root namespace is not enabled for Zoekt")
+        raise Problem(
+            404, f"Namespace {root_namespace_id} not enabled", *_not_enabled(root_namespace_id)
+        )
     indices = [index for replica in detail.replicas for index in replica.indices]
     indices += detail.detached_indices
     return _render(
@@ -352,6 +526,34 @@ def namespace(request: HttpRequest, root_namespace_id: int) -> HttpResponse:
         f"Namespace {detail.root.path}",
         detail=detail,
         balance=index_balance([index.id for index in indices]),
+    )
+
+
+def _not_enabled(namespace_id: int) -> tuple[str, list[tuple[str, str]]]:
+    """Why a namespace has no page: unknown, not a root, or a root not enabled for Zoekt."""
+    known = Namespace.objects.filter(pk=namespace_id).values_list("path", "traversal_ids").first()
+    if known is None:
+        return (
+            f"There is no namespace {namespace_id} in the catalog (the bulk API or the "
+            "GitLab sync fills it).",
+            [],
+        )
+    path_, traversal = known
+    if traversal and traversal[0] != namespace_id:
+        return (
+            f"{path_} ({namespace_id}) is not a root namespace: Zoekt enables and indexes "
+            f"its root, {traversal[0]}.",
+            [
+                (
+                    reverse("dashboard-namespace", args=[traversal[0]]),
+                    f"root namespace {traversal[0]}",
+                )
+            ],
+        )
+    return (
+        f"The root namespace {path_} ({namespace_id}) is not enabled for Zoekt: it has no "
+        "enabled namespace row, so nothing of it is indexed.",
+        [],
     )
 
 
@@ -419,7 +621,7 @@ def gitlab(request: HttpRequest) -> HttpResponse:
 
 def audit(request: HttpRequest) -> HttpResponse:
     """The audit trail (docs/operations.md, "Audit trail"): newest first, filtered; a
-    filter value the page cannot read is a 400 naming it, and nothing listed."""
+    filter value the page cannot read is a 400 naming it (``framed``)."""
     filters = AuditFilters(
         **{field: request.GET.get(field, "") for field in AuditFilters.__dataclass_fields__}
     )
@@ -429,29 +631,31 @@ def audit(request: HttpRequest) -> HttpResponse:
         "vias": AUDIT_VIAS,
         "outcomes": AUDIT_OUTCOMES,
     }
-    try:
-        trail = audit_page(filters, page=request.GET.get("page", 1))
-    except (UnknownChoice, BadFilterValue) as error:
-        response = _render(request, "audit.html", "audit", "Audit", error=error, **context)
-        response.status_code = 400
-        return response
+    trail = audit_page(filters, page=request.GET.get("page", 1))
     return _render(request, "audit.html", "audit", "Audit", trail=trail, **context)
 
 
 def urls() -> list:
-    view = admin.site.admin_view
+    def view(function: Callable[..., HttpResponse], tab: str):
+        return admin.site.admin_view(framed(function, tab))
+
     return [
-        path("", view(fleet), name="dashboard-fleet"),
-        path("nodes/<int:node_id>/", view(node), name="dashboard-node"),
-        path("plans/", view(plans), name="dashboard-plans"),
-        path("plans/<int:plan_id>/", view(plan), name="dashboard-plan"),
-        path("namespaces/", view(namespaces), name="dashboard-namespaces"),
-        path("moves/", view(moves), name="dashboard-moves"),
-        path("maintenance/", view(maintenance), name="dashboard-maintenance"),
-        path("balance/", view(balance), name="dashboard-balance"),
-        path("capacity/", view(capacity), name="dashboard-capacity"),
-        path("audit/", view(audit), name="dashboard-audit"),
-        path("namespaces/<int:root_namespace_id>/", view(namespace), name="dashboard-namespace"),
-        path("evictions/", view(evictions), name="dashboard-evictions"),
-        path("gitlab/", view(gitlab), name="dashboard-gitlab"),
+        path("", view(fleet, "fleet"), name="dashboard-fleet"),
+        path("nodes/<int:node_id>/", view(node, "fleet"), name="dashboard-node"),
+        path("nodes/named/<str:name>/", view(node_named, "fleet"), name="dashboard-node-named"),
+        path("plans/", view(plans, "plans"), name="dashboard-plans"),
+        path("plans/<int:plan_id>/", view(plan, "plans"), name="dashboard-plan"),
+        path("namespaces/", view(namespaces, "namespaces"), name="dashboard-namespaces"),
+        path("moves/", view(moves, "moves"), name="dashboard-moves"),
+        path("maintenance/", view(maintenance, "maintenance"), name="dashboard-maintenance"),
+        path("balance/", view(balance, "balance"), name="dashboard-balance"),
+        path("capacity/", view(capacity, "capacity"), name="dashboard-capacity"),
+        path("audit/", view(audit, "audit"), name="dashboard-audit"),
+        path(
+            "namespaces/<int:root_namespace_id>/",
+            view(namespace, "namespaces"),
+            name="dashboard-namespace",
+        ),
+        path("evictions/", view(evictions, "evictions"), name="dashboard-evictions"),
+        path("gitlab/", view(gitlab, "gitlab"), name="dashboard-gitlab"),
     ]

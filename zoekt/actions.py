@@ -191,8 +191,10 @@ def do_heartbeat(node_uuid: uuid.UUID, data: dict) -> HeartbeatReply:
     restarting = restarts.live_restart_before_heartbeat(node_uuid)
     result = do_record_heartbeat(node_uuid, data)
     if result.registered:
-        # A node joined: the reconciler may move indices onto it (docs/balance.md).
+        # A node joined: the reconciler may move indices onto it (docs/balance.md), and
+        # its history starts now (docs/dashboard.md, "History").
         hooks.rebalance_fleet_on_commit()
+        hooks.sample_node_on_commit(result.node_id)
     if restarting is not None:
         restarts.do_observe_node_heartbeat(*restarting)
     limit = capacity.concurrency_limit(

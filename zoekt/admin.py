@@ -1219,8 +1219,40 @@ SETTINGS_FIELDS = tuple(
 )
 
 
+class SizeField(forms.CharField):
+    """A byte count typed as the other size settings are, ``32GB`` or ``512MB`` (binary
+    units), or as plain bytes; shown back in the largest unit that divides it."""
+
+    def prepare_value(self, value):
+        if isinstance(value, int):
+            return app_settings.write_size(value)
+        return value
+
+    def to_python(self, value):
+        text = super().to_python(value).strip()
+        if not text:
+            return None
+        try:
+            return app_settings.read_size(text)
+        except ValueError:
+            raise ValidationError(
+                "must be a whole number followed by B, KB, MB or GB (e.g. 32GB), or a number "
+                "of bytes; leave it blank to plan by disk alone",
+                code="invalid",
+            ) from None
+
+
 class ApplicationSettingForm(forms.ModelForm):
     """Range checks per field, so an error names the field rather than a constraint."""
+
+    zoekt_node_memory_budget_bytes = SizeField(
+        label="Memory budget per node",
+        required=False,
+        help_text="Leave blank to plan by disk alone (the default). When set, every node is "
+        "planned against this much webserver memory, or against the memory limit it reports "
+        "itself (Zoekt 1.16.0 or later). A size such as 32GB or 512MB (binary units), as the "
+        "other size settings take.",
+    )
 
     POSITIVE_INTEGERS = (
         "zoekt_indexing_parallelism",
@@ -1244,7 +1276,7 @@ class ApplicationSettingForm(forms.ModelForm):
         percentage.widget.attrs.update(min=0, max=100)
         budget = self.fields["zoekt_node_memory_budget_bytes"]
         budget.validators.append(MinValueValidator(1))
-        budget.widget.attrs["min"] = 1
+        budget.widget.attrs["placeholder"] = "e.g. 32GB"
 
     def clean_zoekt_cpu_to_tasks_ratio(self):
         value = self.cleaned_data["zoekt_cpu_to_tasks_ratio"]

@@ -72,6 +72,26 @@ def parse_size(value: str | None, *, default: str) -> int | None:
     return int(match.group(1)) * _SIZE_UNITS[match.group(2).upper()]
 
 
+def read_size(text: str) -> int:
+    """A size as an operator types it, ``32GB``, ``512MB`` (the other size settings' syntax,
+    binary units) or a plain byte count; ``ValueError`` when it is neither."""
+    text = text.strip()
+    if text.isdigit():
+        return int(text)
+    match = _SIZE.match(text)
+    if not match:
+        raise ValueError(f"{text!r} is not a size")
+    return int(match.group(1)) * _SIZE_UNITS[match.group(2).upper()]
+
+
+def write_size(value: int) -> str:
+    """A byte count in the largest unit that divides it: 34359738368 → ``32GB``."""
+    for unit in ("GB", "MB", "KB"):
+        if value and value % _SIZE_UNITS[unit] == 0:
+            return f"{value // _SIZE_UNITS[unit]}{unit}"
+    return f"{value}B"
+
+
 @dataclasses.dataclass(frozen=True)
 class ZoektSettings:
     """Parsed settings; field names are GitLab's keys without the ``zoekt_`` prefix."""

@@ -27,6 +27,7 @@ log = get_logger(__name__)
 HANDLE_TASK_FAILED = "zoekt.handle_task_failed"
 INDEX_PROJECT = "zoekt.index_project"
 REBALANCE_FLEET = "eviction.rebalance_fleet"
+SAMPLE_NODE = "dashboard.sample_node"
 
 
 def _task(name: str):
@@ -62,3 +63,10 @@ def rebalance_fleet_on_commit() -> None:
     node joins; the beat entry runs it anyway every 5 minutes, so a lost message is only
     a later start."""
     transaction.on_commit(functools.partial(_send, REBALANCE_FLEET, ()))
+
+
+def sample_node_on_commit(node_id: int) -> None:
+    """After commit: the first history sample of a node that just registered, so its page
+    draws it from the start rather than after the next 5-minute beat run (a lost message
+    only means that wait)."""
+    transaction.on_commit(functools.partial(_send, SAMPLE_NODE, (node_id,)))

@@ -26,6 +26,27 @@ def binary_size(value: int | float) -> str:
     raise AssertionError("unreachable")
 
 
+def binary_unit(value: int | float) -> str:
+    """The unit ``binary_size`` writes ``value`` in: ``GiB`` for 1.5 GiB, ``bytes`` under 1 KiB."""
+    size = float(abs(int(value)))
+    if size < 1024:
+        return "bytes"
+    for unit in _UNITS:
+        size /= 1024
+        if size < 1024 or unit == _UNITS[-1]:
+            return unit
+    raise AssertionError("unreachable")
+
+
+def binary_size_in(value: int | float, unit: str) -> str:
+    """``value`` in a given ``unit`` (one decimal), so figures side by side compare at a
+    glance: 805.3 MiB beside 1.0 GiB reads ``0.8 GiB`` (``binary_unit`` of the largest)."""
+    if unit not in _UNITS:
+        return binary_size(value)
+    size = float(value) / 1024 ** (_UNITS.index(unit) + 1)
+    return f"{size:.1f}{_NBSP}{unit}"
+
+
 def project_namespace_range(low: int | None, high: int | None) -> str:
     """An index's project-namespace id range, its open ends in words: ``all projects``,
     ``from 900336``, ``up to 900335``, ``900278–900335`` (None is an open end, as in

@@ -7,11 +7,11 @@ from __future__ import annotations
 import dataclasses
 from datetime import UTC, datetime, time
 
-from django.core.paginator import Page, Paginator
+from django.core.paginator import Page
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
-from dashboard.readmodels.common import UnknownChoice
+from dashboard.readmodels.common import UnknownChoice, page_of
 from zoekt.audit import Action
 from zoekt.models import AuditEvent
 
@@ -99,5 +99,5 @@ def audit_page(filters: AuditFilters, *, page: int | str = 1, per_page: int = 50
         rows = rows.filter(created_at__gte=since)
     if until is not None:
         rows = rows.filter(created_at__lte=until)
-    current = Paginator(rows.order_by("-created_at", "-id"), per_page).get_page(page)
+    current = page_of(rows.order_by("-created_at", "-id"), per_page, page)
     return AuditPage(page=current, rows=list(current.object_list), filters=filters)

@@ -4,7 +4,8 @@ The state names (``INDEX_STATE_NAMES`` ...) turn the models' integer states into
 the labels the pages and ``/metrics`` show; ``by_state`` and ``grouped`` count
 rows by state in one query; ``indices_by_node_and_state`` counts indices by node and state;
 ``SPLIT`` tells a split index (nodes sort by ``zoekt.models.natural_key``: ``node-2``
-before ``node-10``); ``UnknownChoice`` is a filter or a sort the page does not offer.
+before ``node-10``); ``UnknownChoice`` is a filter or a sort the page does not offer;
+``page_of`` is one page of a list, and ``BadPage`` a page number that is none of its pages.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 from datetime import datetime
 
+from django.core.paginator import EmptyPage, InvalidPage, Page, Paginator
 from django.db.models import Count, Exists, OuterRef
 
 from zoekt.models import Index, Replica, Repository, Task
@@ -83,3 +85,35 @@ class UnknownChoice(ValueError):
         self.value = value
         self.choices = [choice for choice in choices if choice]
         super().__init__(f"unknown {field} {value!r}: one of {', '.join(self.choices)} (or none)")
+
+
+class BadPage(ValueError):
+    """A ``?page=`` that names none of the list's pages: not a whole number from 1 (a 400),
+    or past the last page (a 404). The page says which and links to the first and last."""
+
+    def __init__(self, value: str, num_pages: int) -> None:
+        self.field = "page"
+        self.value = value
+        self.num_pages = num_pages
+        number = int(value) if value.lstrip("-").isdigit() else None
+        self.past_the_end = number is not None and number > num_pages
+        self.status = 404 if self.past_the_end else 400
+        super().__init__(
+            f"there is no page {value}: the list has {num_pages} page"
+            f"{'' if num_pages == 1 else 's'}"
+            if self.past_the_end
+            else f"page {value!r} is not a page number (a whole number from 1)"
+        )
+
+
+def page_of(rows, per_page: int, page: int | str) -> Page:
+    """One page of ``rows``; ``BadPage`` for ``abc``, ``-1``, ``0`` or past the last page,
+    rather than quietly showing the first or the last (Django's ``get_page``)."""
+    paginator = Paginator(rows, per_page)
+    try:
+        return paginator.page(page)
+    except InvalidPage as error:
+        value = str(page)
+        if isinstance(error, EmptyPage) or not value.lstrip("-").isdigit():
+            raise BadPage(value, paginator.num_pages) from None
+        raise

@@ -9,9 +9,9 @@ import dataclasses
 from datetime import datetime
 from typing import Any
 
-from django.core.paginator import Page, Paginator
+from django.core.paginator import Page
 
-from dashboard.readmodels.common import future
+from dashboard.readmodels.common import future, page_of
 from eviction.models import EvictionDecision
 from eviction.queries import EvictionOverview, eviction_overview
 from zoekt import app_settings, capacity, clock
@@ -104,7 +104,7 @@ def eviction_page(
     settings = settings or app_settings.current()
     overview = eviction_overview(recent=0, now=now)
     rows = EvictionDecision.objects.select_related("node").order_by("-last_seen_at", "-id")
-    page_obj = Paginator(rows, per_page).get_page(page)
+    page_obj = page_of(rows, per_page, page)
     decisions = []
     for row in page_obj.object_list:
         running = (

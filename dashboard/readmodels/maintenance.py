@@ -16,9 +16,10 @@ import dataclasses
 from collections.abc import Iterable
 from datetime import datetime
 
-from django.core.paginator import Page, Paginator
+from django.core.paginator import Page
 from django.db.models import Count
 
+from dashboard.readmodels.common import page_of
 from zoekt import clock
 from zoekt.drains import drain_progress_many
 from zoekt.models import NodeShutdown
@@ -155,10 +156,11 @@ def maintenance_page(
         .annotate(count=Count("id"))
         .values_list("type", "status", "count")
     }
-    recent = Paginator(
+    recent = page_of(
         _related().exclude(status__in=NodeShutdown.LIVE).order_by("-requested_at", "-id"),
         per_page,
-    ).get_page(page)
+        page,
+    )
     return MaintenancePage(
         live=_live_rows(now),
         recent=recent,

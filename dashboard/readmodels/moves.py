@@ -7,9 +7,9 @@ from __future__ import annotations
 import dataclasses
 from datetime import datetime
 
-from django.core.paginator import Page, Paginator
+from django.core.paginator import Page
 
-from dashboard.readmodels.common import grouped
+from dashboard.readmodels.common import grouped, page_of
 from zoekt import clock
 from zoekt.models import Move, Namespace
 
@@ -69,9 +69,7 @@ def move_page(*, page: int | str = 1, per_page: int = 50, now: datetime | None =
     states = dict(grouped(Move.objects, "state"))
     related = Move.objects.select_related("source_node", "target_node")
     live = list(related.live().order_by("id"))
-    recent = Paginator(related.exclude(state__in=Move.LIVE).order_by("-id"), per_page).get_page(
-        page
-    )
+    recent = page_of(related.exclude(state__in=Move.LIVE).order_by("-id"), per_page, page)
     finished = list(recent.object_list)
     paths = dict(
         Namespace.objects.filter(id__in={m.namespace_id for m in [*live, *finished]}).values_list(

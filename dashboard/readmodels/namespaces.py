@@ -11,7 +11,7 @@ import dataclasses
 from collections import Counter, defaultdict
 from datetime import datetime
 
-from django.core.paginator import Page, Paginator
+from django.core.paginator import Page
 from django.db.models import Count, F, OuterRef, Q, Subquery, Sum
 from django.db.models.functions import Coalesce
 
@@ -23,6 +23,7 @@ from dashboard.readmodels.common import (
     WATERMARK_LEVEL_NAMES,
     UnknownChoice,
     by_state,
+    page_of,
 )
 from planner.models import RolloutPlan
 from zoekt import app_settings, clock, memory
@@ -156,8 +157,7 @@ def namespace_page(
         rows = rows.filter(replicas__isnull=True)
     elif filter == "split":
         rows = rows.filter(SPLIT)
-    paginator = Paginator(rows, per_page)
-    page_obj = paginator.get_page(page)
+    page_obj = page_of(rows, per_page, page)
     enabled = list(page_obj.object_list)
     ids = [row.id for row in enabled]
     replicas: dict[int, Counter] = defaultdict(Counter)

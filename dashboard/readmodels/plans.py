@@ -9,8 +9,9 @@ import dataclasses
 from datetime import datetime
 from typing import Any
 
-from django.core.paginator import Page, Paginator
+from django.core.paginator import Page
 
+from dashboard.readmodels.common import page_of
 from planner.models import RolloutPlan
 from zoekt.models import Namespace, natural_key
 
@@ -181,7 +182,7 @@ def plan_detail(
         entries = [ns for ns in entries if ns.get("warnings")]
     elif filter == "create":
         entries = [ns for ns in entries if ns.get("action") == "create" and not ns.get("errors")]
-    page_obj = Paginator(entries, per_page).get_page(page)
+    page_obj = page_of(entries, per_page, page)
     on_page = list(page_obj.object_list)
     paths = dict(
         Namespace.objects.filter(id__in=[ns["namespace_id"] for ns in on_page]).values_list(
@@ -206,6 +207,7 @@ def plan_detail(
                 )
                 for node in item["nodes"]
             ]
+            candidates.sort(key=lambda c: (natural_key(c.node_name), c.node_id))
         views.append(
             NamespacePlanView(
                 namespace_id=ns["namespace_id"],
@@ -257,6 +259,7 @@ def plan_detail(
         for node_id, node_name in sorted(names.items(), key=lambda item: natural_key(item[1]))
         if node_id not in placed
     ]
+    nodes.sort(key=lambda node: (natural_key(node["name"]), node["id"]))  # as on every page
     return PlanDetail(
         row=PlanRow(row.id, row.created_at, row.dry_run, summary),
         page=page_obj,

@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 
 from django import template
+from django.urls import reverse
+from django.utils.html import format_html
 
 from zoekt.admin import human_bytes
-from zoekt.units import project_namespace_range
+from zoekt.units import binary_size_in, binary_unit, project_namespace_range
 
 register = template.Library()
 
@@ -16,6 +18,21 @@ register = template.Library()
 def bytes_filter(value: int | None) -> str:
     """``1.5 GiB`` (binary units), ``-`` for None."""
     return human_bytes(value)
+
+
+@register.filter
+def bytes_in(value: int | None, unit: str) -> str:
+    """A size in a row's common unit (``binary_size_in``): ``0.8 GiB`` beside ``1.0 GiB``."""
+    return human_bytes(None) if value is None else binary_size_in(value, unit)
+
+
+@register.filter
+def over_bytes(used: int | None, reserved: int | None) -> str:
+    """``used / reserved`` in one unit, the larger's: ``0.3 GiB / 1.0 GiB``."""
+    if used is None or reserved is None:
+        return f"{human_bytes(used)} / {human_bytes(reserved)}"
+    unit = binary_unit(max(abs(used), abs(reserved)))
+    return f"{binary_size_in(used, unit)} / {binary_size_in(reserved, unit)}"
 
 
 @register.filter
@@ -114,3 +131,17 @@ def audit_details(value: dict | None) -> str:
     if not value:
         return "-"
     return json.dumps(value, sort_keys=True, default=str, separators=(", ", ": "))
+
+
+@register.simple_tag
+def node_link(name: str | None, node_id: int | None = None) -> str:
+    """A node's name linking to its page: by id when the row has one, else by name
+    (``dashboard-node-named`` finds the node); ``-`` without a name."""
+    if not name:
+        return "-"
+    url = (
+        reverse("dashboard-node", args=[node_id])
+        if node_id is not None
+        else reverse("dashboard-node-named", args=[name])
+    )
+    return format_html('<a class="node-name" href="{}">{}</a>', url, name)

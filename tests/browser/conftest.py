@@ -48,7 +48,10 @@ DOCS_SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
 REFRESH_ENV = "ZOEKT_REFRESH_SCREENSHOTS"
 INSTALL_CHROMIUM = "apt-get install chromium"
 INSTALL_PLAYWRIGHT = "pip install -e '.[dev]'"
-VIEWPORT = {"width": 1500, "height": 900}
+# Every page is photographed at both widths and must fit each without sideways scrolling
+# of the page (a wide table may scroll inside its own box).
+WIDTHS = (1440, 1024)
+VIEWPORT = {"width": WIDTHS[0], "height": 900}
 PASSWORD = "dashboard-operator-password"
 
 # reason -> the browser tests skipped for it, reported at the end of the run.
@@ -141,3 +144,22 @@ def screenshot(page, tmp_path: Path, name: str) -> Path:
         DOCS_SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, DOCS_SCREENSHOTS / path.name)
     return path
+
+
+def page_width(page) -> int:
+    """How wide the page lays out: wider than the window means sideways scrolling."""
+    return page.evaluate(
+        "Math.max(document.documentElement.scrollWidth, document.body.scrollWidth)"
+    )
+
+
+def photograph(page, tmp_path: Path, name: str, overflow: dict[str, int]) -> None:
+    """Screenshot the page at each of ``WIDTHS`` (``name.png`` at the first, ``name-1024.png``
+    ...), recording in ``overflow`` every width the page does not fit."""
+    for width in WIDTHS:
+        page.set_viewport_size({"width": width, "height": VIEWPORT["height"]})
+        laid_out = page_width(page)
+        if laid_out > width:
+            overflow[f"{name} at {width}"] = laid_out
+        screenshot(page, tmp_path, name if width == WIDTHS[0] else f"{name}-{width}")
+    page.set_viewport_size(VIEWPORT)

@@ -24,10 +24,12 @@ from planner.rollout import RolloutService
 from tests.browser.conftest import (
     DOCS_SCREENSHOTS,
     PASSWORD,
+    VIEWPORT,
     chromium_page,
     log_in,
+    page_width,
+    photograph,
     refreshing,
-    screenshot,
 )
 from tests.dashboard.builders import build_fleet, unplaced_namespace
 from zoekt import app_settings, clock, memory, shutdowns
@@ -40,6 +42,33 @@ pytestmark = pytest.mark.django_db(transaction=True, reset_sequences=True)
 
 PLANNED_AT = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 GIB = 1024**3
+# Links that lead nowhere: (path, status, the tab it belongs to, what the page says).
+DEAD_ENDS = [
+    ("/admin/dashboard/namespaces/999999/", 404, "namespaces", "no namespace 999999"),
+    ("/admin/dashboard/nodes/999999/", 404, "fleet", "There is no node with id 999999"),
+    ("/admin/dashboard/nodes/named/zoekt-99/", 404, "fleet", "No node is called zoekt-99"),
+    ("/admin/dashboard/plans/999999/", 404, "plans", "only the last 50 plans are kept"),
+    ("/admin/dashboard/namespaces/?filter=bogus", 400, "namespaces", "The filter bogus"),
+    ("/admin/dashboard/namespaces/?sort=bogus", 400, "namespaces", "The sort bogus"),
+    ("/admin/dashboard/namespaces/?page=999", 404, "namespaces", "There is no page 999"),
+    ("/admin/dashboard/namespaces/?page=abc", 400, "namespaces", "The page abc is not"),
+    ("/admin/dashboard/namespaces/?page=-1", 400, "namespaces", "The page -1 is not"),
+    ("/admin/dashboard/moves/?page=2", 404, "moves", "There is no page 2"),
+    ("/admin/dashboard/audit/?via=telnet", 400, "audit", "The via telnet is not known"),
+    ("/admin/dashboard/audit/?since=yesterday", 400, "audit", "The since yesterday"),
+]
+# The Dashboard box on the admin's front page, in the order of the dashboard's tabs.
+DASHBOARD_PAGES = [
+    "Fleet",
+    "Rollout plans",
+    "Namespaces",
+    "Evictions",
+    "Moves",
+    "Maintenance",
+    "Balance",
+    "GitLab",
+    "Audit",
+]
 
 
 def seed() -> dict:
@@ -156,7 +185,7 @@ def seed() -> dict:
         "detail_nodes": sorted({index.zoekt_node.name for index in detail_indices}),
         "over_high": [waiting.name, hot.name],
         "cooling": [hot.name],
-        "cooling_until": f"{hot.eviction_cooldown_until:%Y-%m-%d %H:%M}",
+        "cooling_until": f"{hot.eviction_cooldown_until:%Y-%m-%d %H:%M} UTC",
         "node_order": sorted((node.name for node in nodes), key=lambda n: int(n.split("-")[1])),
         "split": str(
             len(
@@ -218,9 +247,18 @@ def test_operator_reads_every_dashboard_page(browser_ready, live_server, tmp_pat
     expected = seed()
     base = live_server.url
     seen: dict[str, str] = {}
+    overflow: dict[str, int] = {}
+    seen_problems: list[str] = []
     # From here on: strings only, no ORM (Playwright's loop runs in this thread).
     with chromium_page(tmp_path / "profile") as page:
         log_in(page, base, "operator")
+        # --- the admin's front page: the Dashboard box lists every page, one line each --
+        links = page.locator("#dashboard-module th a")
+        assert [link.inner_text() for link in links.all()] == DASHBOARD_PAGES
+        for link in links.all():
+            box = link.bounding_box()
+            assert box is not None and box["height"] < 24, (link.inner_text(), box)
+        photograph(page, tmp_path, "admin-index", overflow)
         page.click("#dashboard-module a:has-text('Fleet')")
         page.wait_for_url(f"{base}/admin/dashboard/")
 
@@ -256,7 +294,7 @@ def test_operator_reads_every_dashboard_page(browser_ready, live_server, tmp_pat
         assert text(page, "[data-figure=replicas] .value").startswith(
             f"{expected['replicas_ready']} /"
         )
-        screenshot(page, tmp_path, "dashboard-fleet")
+        photograph(page, tmp_path, "dashboard-fleet", overflow)
 
         # --- plans ---------------------------------------------------------------
         page.click(".dashboard-tabs a[data-page=plans]")
@@ -265,13 +303,13 @@ def test_operator_reads_every_dashboard_page(browser_ready, live_server, tmp_pat
         assert text(page, f"{row} td.create") == str(expected["plan_create"])
         assert text(page, f"{row} td.failures") == str(expected["plan_failures"])
         assert "disk:" in text(page, f"{row} td.bounds")
-        screenshot(page, tmp_path, "dashboard-plans")
+        photograph(page, tmp_path, "dashboard-plans", overflow)
         page.click(f"{row} a")
         page.wait_for_url(f"{base}/admin/dashboard/plans/{expected['plan_id']}/")
         fits = f"#plan-namespaces tr[data-namespace-id='{expected['fits']}']"
         assert text(page, f"{fits} td.action") == "create"
         assert text(page, f"{fits} td.verdict") == "ok"
-        assert f"{expected['fits_node']}: took index 0 of replica 0" in text(
+        assert f"{expected['fits_node']}: took index 1 of planned replica 1" in text(
             page, f"{fits} td.candidates"
         )
         too_big = f"#plan-namespaces tr[data-namespace-id='{expected['too_big']}']"
@@ -285,13 +323,13 @@ def test_operator_reads_every_dashboard_page(browser_ready, live_server, tmp_pat
         ]
         assert sorted(listed) == sorted(expected["plan_candidates"])
         assert text(page, "[data-figure=nodes] .value") == str(len(listed))
-        screenshot(page, tmp_path, "dashboard-plan")
+        photograph(page, tmp_path, "dashboard-plan", overflow)
 
         # --- namespaces ------------------------------------------------------------
         page.click(".dashboard-tabs a[data-page=namespaces]")
         page.wait_for_url(f"{base}/admin/dashboard/namespaces/")
         assert page.locator("#namespaces tbody tr").count() == expected["enabled_namespaces"]
-        screenshot(page, tmp_path, "dashboard-namespaces")
+        photograph(page, tmp_path, "dashboard-namespaces", overflow)
         page.click("#namespace-filters a:has-text('split over nodes')")
         page.wait_for_url(f"{base}/admin/dashboard/namespaces/?filter=split")
         assert page.locator("#namespaces tbody tr").count() == int(expected["split"])
@@ -309,7 +347,7 @@ def test_operator_reads_every_dashboard_page(browser_ready, live_server, tmp_pat
         seen["search"] = text(page, "[data-figure=targets] .value")
         seen["memory_estimate"] = text(page, "[data-figure=memory-estimate] .value")
         seen["placed_by"] = text(page, "[data-figure=placed-by]")
-        screenshot(page, tmp_path, "dashboard-namespace")
+        photograph(page, tmp_path, "dashboard-namespace", overflow)
 
         # --- evictions -------------------------------------------------------------
         page.click(".dashboard-tabs a[data-page=evictions]")
@@ -335,7 +373,7 @@ def test_operator_reads_every_dashboard_page(browser_ready, live_server, tmp_pat
             assert text(page, f"{row} td.node") == decision["node"]
             assert text(page, f"{row} td.verdict") == decision["verdict"]
             assert text(page, f"{row} td.namespaces") == decision["namespaces"]
-        screenshot(page, tmp_path, "dashboard-evictions")
+        photograph(page, tmp_path, "dashboard-evictions", overflow)
 
         # --- moves -------------------------------------------------------------------
         page.click(".dashboard-tabs a[data-page=moves]")
@@ -345,7 +383,7 @@ def test_operator_reads_every_dashboard_page(browser_ready, live_server, tmp_pat
         assert text(page, f"{row} td.target") == expected["move_target"]
         assert text(page, f"{row} td.state") == "building"
         assert text(page, "[data-figure=in-flight] .value") == expected["live_moves"]
-        screenshot(page, tmp_path, "dashboard-moves")
+        photograph(page, tmp_path, "dashboard-moves", overflow)
 
         # --- maintenance -----------------------------------------------------------
         page.click(".dashboard-tabs a[data-page=maintenance]")
@@ -356,7 +394,7 @@ def test_operator_reads_every_dashboard_page(browser_ready, live_server, tmp_pat
         row = f"#shutdowns-recent tr[data-shutdown-id='{expected['returned_id']}']"
         assert text(page, f"{row} td.status") == "complete node returned"
         assert text(page, "[data-figure=live] .value") == "1"
-        screenshot(page, tmp_path, "dashboard-maintenance")
+        photograph(page, tmp_path, "dashboard-maintenance", overflow)
 
         # --- one node's history ----------------------------------------------------
         page.click(".dashboard-tabs a[data-page=fleet]")
@@ -371,7 +409,36 @@ def test_operator_reads_every_dashboard_page(browser_ready, live_server, tmp_pat
         for series in ("RSS", "estimated", "budget"):
             assert page.locator(f"#memory-history svg path[data-series='{series}']").count() == 1
         assert page.locator("#days tbody tr").count() == 3
-        screenshot(page, tmp_path, "dashboard-node")
+        photograph(page, tmp_path, "dashboard-node", overflow)
+
+        # --- the pages with nothing checked here but their width ------------------
+        for key in ("balance", "gitlab", "audit"):
+            page.click(f".dashboard-tabs a[data-page={key}]")
+            page.wait_for_url(f"{base}/admin/dashboard/{key}/")
+            photograph(page, tmp_path, f"dashboard-{key}", overflow)
+
+        # --- dead ends: each answers in the dashboard's frame and links back ---------
+        plan_url = f"/admin/dashboard/plans/{expected['plan_id']}/"
+        for path, status, tab, words in [
+            *DEAD_ENDS,
+            (f"{plan_url}?filter=bogus", 400, "plans", "The filter bogus is not known"),
+            (f"{plan_url}?page=5", 404, "plans", "There is no page 5"),
+        ]:
+            response = page.goto(f"{base}{path}")
+            assert response is not None and response.status == status, path
+            assert page.locator(".dashboard-tabs a.active").get_attribute("data-page") == tab
+            assert words in text(page, "#dashboard-problem"), path
+            assert page_width(page) <= VIEWPORT["width"], path
+            seen_problems.append(path)
+        # The way back leads back: the last dead end's link to its tab.
+        page.goto(f"{base}/admin/dashboard/namespaces/?page=abc")
+        photograph(page, tmp_path, "dashboard-problem", overflow)
+        page.click("#dashboard-problem-links a.back")
+        page.wait_for_url(f"{base}/admin/dashboard/namespaces/")
+
+    # Every page fits both windows: no sideways scrolling of the page itself.
+    assert overflow == {}
+    assert len(seen_problems) == len(DEAD_ENDS) + 2
 
     # Every candidate was too small for the monorepo: each is named with its reason.
     assert "insufficient unclaimed storage" in seen["too_big_candidates"]
@@ -384,6 +451,7 @@ def test_operator_reads_every_dashboard_page(browser_ready, live_server, tmp_pat
     # Set 3 h 12 min before the seed; the browser reads it a few seconds or minutes later.
     assert seen["waiting_clock"].startswith("3 h 1")
     for name in (
+        "admin-index",
         "fleet",
         "plans",
         "plan",
@@ -393,8 +461,14 @@ def test_operator_reads_every_dashboard_page(browser_ready, live_server, tmp_pat
         "moves",
         "maintenance",
         "node",
+        "balance",
+        "gitlab",
+        "audit",
+        "problem",
     ):
-        assert (tmp_path / f"dashboard-{name}.png").stat().st_size > 10_000
+        shot = name if name.startswith("admin") else f"dashboard-{name}"
+        for suffix in ("", "-1024"):
+            assert (tmp_path / f"{shot}{suffix}.png").stat().st_size > 10_000
     # A test run leaves the checkout as it was; `make screenshots` refreshes the docs.
     if not refreshing():
         assert docs_screenshots() == tracked

@@ -82,6 +82,26 @@ def test_memory_bars_share_one_scale_and_leave_unknown_figures_empty():
     assert re.findall(r'<line x1="([\d.]+)"', svg) == ["80.0"]
 
 
+def test_memory_watermarks_are_drawn_on_the_rss_bar_only():
+    # They apply to observed RSS against the budget: a mark across the estimate would put
+    # an estimate at 85 % of the budget on the critical tick while RSS is "normal".
+    bar, gap = 6, 2
+    svg = charts.memory_bars(
+        estimated_bytes=int(6.8 * GIB),
+        rss_bytes=int(2.8 * GIB),
+        budget_bytes=8 * GIB,
+        limit_bytes=None,
+        scale_bytes=8 * GIB,
+        watermark_limits=(0.60, 0.75, 0.85),
+        width=160,
+        bar=bar,
+    )
+    marks = re.findall(r'<line x1="[\d.]+" y1="([\d.]+)" x2="[\d.]+" y2="([\d.]+)"', svg)
+    assert len(marks) == 3
+    assert {(float(y1), float(y2)) for y1, y2 in marks} == {(bar + gap, 2 * bar + gap)}
+    assert "RSS watermark 85.0% of the budget" in svg
+
+
 def test_labels_are_escaped():
     svg = charts.state_bar({"<b>": 1}, {})
     assert "<b>" not in svg

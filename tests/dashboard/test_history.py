@@ -11,7 +11,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from config.celery import BEAT_SCHEDULE
-from dashboard import charts, history
+from dashboard import charts, history, views
 from dashboard.beat import DASHBOARD_BEAT
 from dashboard.models import NodeSample
 from dashboard.tasks import record_node_history_task
@@ -230,7 +230,7 @@ def test_the_node_page_keeps_only_one_point_per_pixel(admin_client, now):
     html = admin_client.get(reverse("dashboard-node", args=[node.id])).content.decode()
     path = re.search(r'<path d="([^"]+)"[^>]*data-series="disk used"', html).group(1)
     assert NodeSample.objects.count() == 21 * 24 * 12 + 1
-    assert len(path.split()) <= 720
+    assert len(path.split()) <= views.NODE_CHART_WIDTH
 
 
 def test_the_node_page_breaks_the_line_where_no_sample_came(now):
@@ -280,8 +280,9 @@ def test_the_node_page_takes_the_same_statements_for_a_day_and_for_three_weeks(a
             assert admin_client.get(url).status_code == 200
         return len(captured)
 
-    # the session and user (3), the node, its samples
-    assert count(fleet.nodes[0]) == count(fleet.nodes[1]) == count(fleet.nodes[2]) == 5
+    # the session and user (3), the node, its samples, its row of the fleet page
+    # (fleet_overview: 18), its indices with their namespaces (1)
+    assert count(fleet.nodes[0]) == count(fleet.nodes[1]) == count(fleet.nodes[2]) == 24
 
 
 # --- the fleet page ---------------------------------------------------------------------
@@ -330,3 +331,57 @@ def test_the_fleet_pages_statements_do_not_grow_with_the_samples(admin_client, n
     for node in fleet.nodes:
         fill(node, now, hours=24)
     assert count() == before
+
+
+# --- a node that just registered, and what its page shows -------------------------------
+
+
+def test_a_node_is_sampled_when_it_registers(
+    client, now, monkeypatch, django_capture_on_commit_callbacks
+):
+    from dashboard.tasks import sample_node_task
+    from eviction.tasks import rebalance_fleet_task
+    from tests.api.helpers import NodeAPI
+
+    monkeypatch.setattr(rebalance_fleet_task, "apply_async", lambda *args, **kwargs: None)
+    monkeypatch.setattr(
+        sample_node_task, "apply_async", lambda args, **kwargs: sample_node_task.run(*args)
+    )
+    api = NodeAPI(client)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert api.heartbeat("3f0c51e4-5a8a-4e4f-9a35-53f1a1e8b0c1").status_code == 200
+    node = Node.objects.get()
+    assert list(NodeSample.objects.values_list("node_id", "sampled_at")) == [
+        (node.id, history.bucket(now))
+    ]
+    html = admin_client_page(client, node)
+    assert "No sample" not in html
+    # One sample is a dot that can be seen, not a 2 px speck.
+    assert re.search(r'<circle [^>]*r="3.5"[^>]*data-series="disk used"', html)
+
+
+def admin_client_page(client, node: Node) -> str:
+    from django.contrib.auth.models import User
+
+    client.force_login(User.objects.create_superuser("root", password="x"))
+    return client.get(reverse("dashboard-node", args=[node.id])).content.decode()
+
+
+def test_the_node_page_shows_state_indices_namespaces_and_tasks(admin_client, now):
+    fleet = build_fleet(3, 3)
+    node = fleet.nodes[0]
+    Node.objects.filter(pk=node.pk).update(
+        high_watermark_exceeded_at=now - timedelta(hours=1, minutes=5)
+    )
+    html = admin_client.get(reverse("dashboard-node", args=[node.id])).content.decode()
+    text = " ".join(re.sub(r"<[^>]+>", " ", re.sub(r"<svg.*?</svg>", "", html, flags=re.S)).split())
+    held = list(node.indices.order_by("id").values_list("id", flat=True))
+    assert held
+    shown = sorted(int(i) for i in re.findall(r'<tr data-index-id="(\d+)"', html))
+    assert shown == held
+    assert "online" in text and "searchable" in text
+    assert "over high 1 h 5 min" in text
+    assert "tasks pending / processing / failed" in text
+    roots = {i.zoekt_enabled_namespace.root_namespace_id for i in node.indices.all()}
+    for root in roots:
+        assert reverse("dashboard-namespace", args=[root]) in html

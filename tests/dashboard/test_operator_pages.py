@@ -88,8 +88,11 @@ def test_fleet_names_the_observed_ratios_as_zoekt_info_does(admin_client, now):
     node = build_fleet(2, 2).nodes[0]
     report = {row.node_id: row for row in memory.node_memory_report()}[node.id]
     row = row_html(admin_client.get(reverse("dashboard-fleet")), "data-node-id", node.id)
-    shown = re.search(r'class="observed-memory-ratio">([\d.]+)<', row).group(1)
-    per_repo = re.search(r'class="quiet rss-per-repository-byte"[^>]*>([\d.]+) / repo', row)
+    # The main figure is the one the header names (RSS per repository byte, what the
+    # memory ratio setting estimates); RSS ÷ used storage is the smaller line under it.
+    per_repo = re.search(r'<span class="rss-per-repository-byte"[^>]*>([\d.]+)<', row)
+    shown = re.search(r'class="quiet observed-memory-ratio"[^>]*>([\d.]+) ÷ used<', row).group(1)
+    assert "RSS per repo byte" in page_text(admin_client.get(reverse("dashboard-fleet")))
     assert shown == f"{report.observed_memory_ratio:.3f}"
     assert per_repo.group(1) == f"{report.rss_per_repository_byte:.3f}"
     assert report.observed_memory_ratio != pytest.approx(report.rss_per_repository_byte)
@@ -181,7 +184,6 @@ def test_an_unknown_filter_or_sort_is_a_400_that_names_it(admin_client, now, par
     assert response.status_code == 400
     text = page_text(response)
     assert f"The {field} {params[field]} is not known" in text
-    assert "Nothing shown" in text
     assert "<tr data-namespace-id=" not in response.content.decode()
 
 
@@ -345,3 +347,53 @@ def test_move_durations_are_a_histogram_by_trigger(admin_client, now):
         r'^zoekt_control_move_duration_seconds_sum{trigger="node_level"} (\S+)$', metrics, re.M
     )
     assert float(total.group(1)) == (20 + 50 + 300) * 60
+
+
+def test_sizes_on_one_fleet_row_share_one_unit(admin_client, now):
+    # The estimate is a few hundred MiB, RSS and the budget are GiB: on one row, all in GiB.
+    node = build_fleet(1, 1).nodes[0]
+    report = {row.node_id: row for row in memory.node_memory_report()}[node.id]
+    assert report.estimated_memory_bytes < GIB <= report.rss_bytes
+    row = row_html(admin_client.get(reverse("dashboard-fleet")), "data-node-id", node.id)
+    for column in ("estimated", "rss", "budget", "reserved", "unclaimed", "total"):
+        assert cell(row, column).split()[1] == "GiB", (column, cell(row, column))
+    assert cell(row, "estimated").startswith(f"{report.estimated_memory_bytes / GIB:.1f}")
+
+
+def test_every_time_a_page_shows_says_it_is_utc(admin_client, now, dry_run_plan):
+    fleet = build_fleet(3, 2)
+    plan = dry_run_plan((10**6,))
+    Node.objects.filter(pk=fleet.nodes[0].pk).update(
+        high_watermark_exceeded_at=now, eviction_cooldown_until=now + timedelta(hours=2)
+    )
+    EnabledNamespace.objects.update(last_rollout_failed_at=now)
+    pages = [
+        reverse("dashboard-fleet"),
+        reverse("dashboard-plans"),
+        reverse("dashboard-plan", args=[plan.id]),
+        reverse("dashboard-namespaces"),
+        reverse("dashboard-namespace", args=[fleet.namespaces[0].root_namespace_id]),
+        reverse("dashboard-evictions"),
+        reverse("dashboard-node", args=[fleet.nodes[0].id]),
+    ]
+    stamped = 0
+    for url in pages:
+        text = page_text(admin_client.get(url))
+        bare = re.findall(r"\b\d{4}-\d\d-\d\d \d\d:\d\d(?::\d\d)?(?![:\d]| UTC)", text)
+        assert bare == [], (url, bare)
+        stamped += len(re.findall(r"\d\d:\d\d(?::\d\d)? UTC", text))
+    assert stamped >= len(pages)
+
+
+def test_used_over_reserved_on_an_index_row_shares_one_unit(admin_client, now):
+    fleet = build_fleet(2, 1)
+    index = Index.objects.filter(zoekt_enabled_namespace=fleet.namespaces[0]).order_by("id")[0]
+    Index.objects.filter(pk=index.pk).update(
+        used_storage_bytes=300 * 1024**2, reserved_storage_bytes=GIB
+    )
+    for url in (
+        reverse("dashboard-namespace", args=[fleet.namespaces[0].root_namespace_id]),
+        reverse("dashboard-node", args=[index.zoekt_node_id]),
+    ):
+        row = row_html(admin_client.get(url), "data-index-id", index.id)
+        assert "0.3 GiB / 1.0 GiB" in " ".join(re.sub(r"<[^>]+>", " ", row).split()), url

@@ -627,6 +627,50 @@ def test_settings_reject_an_invalid_value(admin_client, field, value):
     assert ApplicationSetting.objects.values().get() == before
 
 
+@pytest.mark.parametrize(
+    ("typed", "stored"),
+    [
+        pytest.param("32GB", 32 * GIB, id="GB"),
+        pytest.param("512mb", 512 * 1024**2, id="MB-any-case"),
+        pytest.param(" 2GB ", 2 * GIB, id="spaces"),
+        pytest.param(str(3 * GIB), 3 * GIB, id="plain-bytes"),
+        pytest.param("", None, id="blank-is-off"),
+    ],
+)
+def test_the_memory_budget_takes_a_size_as_the_other_size_settings_do(admin_client, typed, stored):
+    app_settings.load_row()
+    page = admin_client.get(settings_url())
+
+    response = admin_client.post(
+        settings_url(), form_data(page, zoekt_node_memory_budget_bytes=typed)
+    )
+
+    assert response.status_code == 302
+    assert ApplicationSetting.objects.get().zoekt_node_memory_budget_bytes == stored
+    assert app_settings.current().node_memory_budget_bytes == stored
+
+
+def test_the_memory_budget_is_shown_back_in_the_unit_it_was_typed_in(admin_client):
+    app_settings.update(zoekt_node_memory_budget_bytes=32 * GIB)
+    page = admin_client.get(settings_url()).content.decode()
+    assert re.search(r'name="zoekt_node_memory_budget_bytes"[^>]*value="32GB"', page)
+
+
+@pytest.mark.parametrize("typed", ["lots", "1.5GB", "32 GiB", "-1GB", "0GB"])
+def test_the_memory_budget_refuses_what_is_not_a_size(admin_client, typed):
+    app_settings.load_row()
+    before = ApplicationSetting.objects.values().get()
+    page = admin_client.get(settings_url())
+
+    response = admin_client.post(
+        settings_url(), form_data(page, zoekt_node_memory_budget_bytes=typed)
+    )
+
+    assert response.status_code == 200
+    assert list(response.context["adminform"].form.errors) == ["zoekt_node_memory_budget_bytes"]
+    assert ApplicationSetting.objects.values().get() == before
+
+
 # --- helpers -----------------------------------------------------------------------------
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from zoekt.units import binary_size
+from zoekt.units import binary_size, binary_size_in, binary_unit
 
 NB = "\u00a0"
 
@@ -24,3 +24,26 @@ NB = "\u00a0"
 )
 def test_binary_sizes_carry_binary_unit_names(value, text):
     assert binary_size(value) == text
+
+
+@pytest.mark.parametrize(
+    ("value", "unit"),
+    [
+        (0, "bytes"),
+        (1, "bytes"),
+        (1023, "bytes"),
+        (1024, "KiB"),
+        (805 * 1024**2, "MiB"),
+        (1024**3, "GiB"),
+    ],
+)
+def test_binary_unit_is_the_unit_binary_size_writes(value, unit):
+    assert binary_unit(value) == unit
+
+
+def test_sizes_on_one_row_share_the_unit_of_the_largest():
+    unit = binary_unit(max(1024**3, 805 * 1024**2 + 300 * 1024))
+    assert [binary_size_in(v, unit) for v in (1024**3, 805 * 1024**2 + 300 * 1024)] == [
+        "1.0\u00a0GiB",
+        "0.8\u00a0GiB",
+    ]
