@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("zoekt", "0018_audit_events"),
+        ("zoekt", "0019_node_zone"),
     ]
 
     operations = [
