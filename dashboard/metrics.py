@@ -49,7 +49,7 @@ from eviction.queries import eviction_overview
 from eviction.rebalance import balance_report
 from gitlab_sync.status import status as gitlab_status
 from planner.models import RolloutPlan
-from zoekt import clock, jobmetrics, nodeapimetrics
+from zoekt import admission, clock, jobmetrics, nodeapimetrics
 from zoekt.logging import get_logger
 from zoekt.models import Index, Move, NodeShutdown, Repository
 
@@ -220,12 +220,48 @@ class FleetCollector:
                 GITLAB_NODE_LABELS,
             ),
         }
+        gauges.update(
+            slots=_gauge(
+                "zoekt_control_node_indexing_slots",
+                "Task slots of the node (its concurrency limit).",
+                GITLAB_NODE_LABELS,
+            ),
+            in_flight=_gauge(
+                "zoekt_control_node_indexing_in_flight",
+                "Tasks handed to the node and not yet called back (the slots in use).",
+                GITLAB_NODE_LABELS,
+            ),
+            temporary=_gauge(
+                "zoekt_control_node_indexing_temporary_bytes",
+                "Temporary bytes of the node's builds in flight (index bytes x the "
+                "temporary space factor).",
+                GITLAB_NODE_LABELS,
+            ),
+            headroom=_gauge(
+                "zoekt_control_node_indexing_headroom_bytes",
+                "Disk left for builds below the low watermark after the builds in flight "
+                "(negative: past it, one build at a time).",
+                GITLAB_NODE_LABELS,
+            ),
+        )
+        backlog = _gauge(
+            "zoekt_control_node_indexing_backlog",
+            "Pending tasks of the node by admission priority.",
+            (*GITLAB_NODE_LABELS, "priority"),
+        )
         for node in overview.nodes:
             labels = [str(node.id), node.name]
             gauges["searchable"].add_metric(labels, 1 if node.searchable else 0)
             gauges["total"].add_metric(labels, node.total_bytes)
             gauges["used"].add_metric(labels, node.used_bytes)
             gauges["reserved"].add_metric(labels, node.reserved_storage_bytes)
+            gauges["slots"].add_metric(labels, node.slots)
+            gauges["in_flight"].add_metric(labels, node.indexing.in_flight)
+            gauges["temporary"].add_metric(labels, node.indexing.temporary_bytes)
+            gauges["headroom"].add_metric(labels, node.build_headroom_bytes)
+            for priority in admission.Priority:
+                name = priority.name.lower()
+                backlog.add_metric([*labels, name], node.indexing.backlog.get(name, 0))
             m = node.memory
             if m is None:
                 continue
@@ -237,6 +273,7 @@ class FleetCollector:
             if m.shards_loaded is not None:
                 gauges["shards"].add_metric(labels, m.shards_loaded)
         yield from gauges.values()
+        yield backlog
 
     def _fleet_counts(self, overview: FleetOverview) -> Iterator[Metric]:
         replicas = _gauge(

@@ -31,6 +31,7 @@ PURE_MODULES = (
     "eviction.policy",
     "eviction.memory_policy",
     "zoekt.capacity",
+    "zoekt.admission",
     "zoekt.catalog_rows",
 )
 

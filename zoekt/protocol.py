@@ -170,7 +170,29 @@ def _claim(
 
 # --- admission control (zoekt.admission, docs/scheduling.md) ---------------------------------
 
-_ADMISSION_SQL = """
+# A task's priority class (``zoekt.admission.Priority``) and its index bytes, from its
+# repository, index, live moves and project statistics: shared by the hand-out and the
+# figures the fleet page and the metrics show.
+_PRIORITY_SQL = """
+CASE
+    WHEN t.task_type = 50 THEN 0
+    WHEN r.zoekt_index_id IN (
+        SELECT replacement_index_id FROM zoekt_moves
+        WHERE state IN ('planned', 'building', 'ready_to_swap', 'swapping')
+          AND replacement_index_id IS NOT NULL
+    ) THEN 1
+    WHEN r.indexed_at IS NOT NULL AND i.state <> 10 THEN 2
+    WHEN r.indexed_at IS NULL THEN 3
+    ELSE 4
+END"""
+_INDEX_BYTES_SQL = "COALESCE(NULLIF(r.size_bytes, 0), s.repository_size, 0)"
+_TASK_JOINS_SQL = """
+FROM zoekt_tasks t
+LEFT JOIN zoekt_repositories r ON r.id = t.zoekt_repository_id
+LEFT JOIN zoekt_indices i ON i.id = r.zoekt_index_id
+LEFT JOIN project_statistics s ON s.project_id = r.project_id"""
+
+_ADMISSION_SQL = f"""
 SELECT t.id, t.zoekt_repository_id, t.project_identifier, t.task_type, t.state, t.perform_at,
        t.repository_state, t.project_id, t.index_bytes, t.priority, t.namespace_id, b.backlog
 FROM (
@@ -186,23 +208,9 @@ LEFT JOIN LATERAL (
     FROM (
         SELECT t.id, t.zoekt_repository_id, t.project_identifier, t.task_type, t.state,
                t.perform_at, r.state AS repository_state, r.project_id,
-               COALESCE(NULLIF(r.size_bytes, 0), s.repository_size, 0) AS index_bytes,
-               CASE
-                   WHEN t.task_type = 50 THEN 0
-                   WHEN r.zoekt_index_id IN (
-                       SELECT replacement_index_id FROM zoekt_moves
-                       WHERE state IN ('planned', 'building', 'ready_to_swap', 'swapping')
-                         AND replacement_index_id IS NOT NULL
-                   ) THEN 1
-                   WHEN r.indexed_at IS NOT NULL AND i.state <> 10 THEN 2
-                   WHEN r.indexed_at IS NULL THEN 3
-                   ELSE 4
-               END AS priority,
+               {_INDEX_BYTES_SQL} AS index_bytes, {_PRIORITY_SQL} AS priority,
                COALESCE(i.namespace_id, 0) AS namespace_id
-        FROM zoekt_tasks t
-        LEFT JOIN zoekt_repositories r ON r.id = t.zoekt_repository_id
-        LEFT JOIN zoekt_indices i ON i.id = r.zoekt_index_id
-        LEFT JOIN project_statistics s ON s.project_id = r.project_id
+        {_TASK_JOINS_SQL}
         WHERE t.zoekt_node_id = %(node_id)s AND t.state IN (0, 1) AND t.perform_at <= %(now)s
           AND (NOT %(only_delete)s OR t.task_type = 50)
     ) ranked
@@ -210,6 +218,52 @@ LEFT JOIN LATERAL (
     LIMIT %(window)s
 ) t ON true
 """
+
+_INDEXING_FIGURES_SQL = f"""
+SELECT t.zoekt_node_id, t.state, {_PRIORITY_SQL} AS priority, count(*),
+       COALESCE(sum(CASE WHEN t.task_type = 50 THEN 0 ELSE {_INDEX_BYTES_SQL} END), 0)
+{_TASK_JOINS_SQL}
+WHERE t.state IN (0, 1)
+GROUP BY 1, 2, 3
+"""
+
+
+@dataclasses.dataclass
+class NodeIndexing:
+    """A node's indexing work as admission control sees it (docs/scheduling.md)."""
+
+    #: Tasks handed out and not yet called back: the slots they hold.
+    in_flight: int = 0
+    #: The temporary bytes of the builds in flight (their index bytes × the factor).
+    temporary_bytes: int = 0
+    #: Pending tasks and their index bytes, by priority name.
+    backlog: dict[str, int] = dataclasses.field(default_factory=dict)
+    backlog_bytes: int = 0
+
+    @property
+    def backlog_tasks(self) -> int:
+        return sum(self.backlog.values())
+
+
+def indexing_figures(temporary_space_factor: float) -> dict[int, NodeIndexing]:
+    """Every node's tasks in flight, their temporary bytes and its backlog by priority, in
+    one query (pending and processing tasks only)."""
+    figures: dict[int, NodeIndexing] = {}
+    with connection.cursor() as db:
+        db.execute(_INDEXING_FIGURES_SQL)
+        rows = db.fetchall()
+    for node_id, state, priority, count, index_bytes in rows:
+        node = figures.setdefault(node_id, NodeIndexing())
+        if state == Task.State.PROCESSING:
+            node.in_flight += count
+            node.temporary_bytes += admission.temporary_bytes(
+                int(index_bytes), temporary_space_factor
+            )
+        else:
+            name = admission.Priority(priority).name.lower()
+            node.backlog[name] = node.backlog.get(name, 0) + count
+            node.backlog_bytes += int(index_bytes)
+    return figures
 
 
 def hand_out_admitted(

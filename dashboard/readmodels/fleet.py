@@ -29,9 +29,10 @@ from dashboard.readmodels.common import (
     seconds_since,
 )
 from dashboard.readmodels.maintenance import ShutdownRow, node_maintenance
-from zoekt import app_settings, capacity, clock, memory, search_health, search_targets
+from zoekt import app_settings, capacity, clock, memory, protocol, search_health, search_targets
 from zoekt.capacity import NodeWatermark
 from zoekt.models import EnabledNamespace, Index, Node, Replica, Repository, Task, natural_key
+from zoekt.protocol import NodeIndexing
 
 #: How many dark namespaces the fleet page links to by name.
 DARK_EXAMPLES = 5
@@ -76,6 +77,12 @@ class NodeRow:
     indexer_rss_bytes: int | None = None
     #: The node's live shutdown record (restart, drain), as the Maintenance page shows it.
     shutdown: ShutdownRow | None = None
+    #: Its task slots (the concurrency limit), the work in them and its backlog
+    #: (``zoekt.protocol.indexing_figures``), and the disk left for builds up to the low
+    #: watermark after their temporary bytes (docs/scheduling.md, admission control).
+    slots: int = 0
+    indexing: NodeIndexing = dataclasses.field(default_factory=NodeIndexing)
+    build_headroom_bytes: int = 0
 
     @property
     def index_count(self) -> int:
@@ -200,6 +207,8 @@ def fleet_overview(
 
     development = capacity.watermark_limits(app_settings.development_watermarks())
     maintenance = node_maintenance(now)
+    indexing = protocol.indexing_figures(settings.indexing_temporary_space_factor)
+    idle = NodeIndexing()
     rows = [
         NodeRow(
             id=node.id,
@@ -229,6 +238,13 @@ def fleet_overview(
             schema_version=node.schema_version,
             indexer_rss_bytes=memory.process_counter(node.metadata, "indexer", "rss_bytes"),
             shutdown=maintenance.get(node.id),
+            slots=node.concurrency_limit(settings.cpu_to_tasks_ratio),
+            indexing=indexing.get(node.id, idle),
+            build_headroom_bytes=int(
+                development[0] * node.total_bytes
+                - node.used_bytes
+                - indexing.get(node.id, idle).temporary_bytes
+            ),
         )
         for node in nodes
     ]

@@ -36,7 +36,7 @@ import json
 import re
 import time
 from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings as django_settings
@@ -48,7 +48,7 @@ from dashboard.templatetags.zoekt_dashboard import duration
 from eviction.queries import EvictionOverview, eviction_overview
 from gitlab_sync.status import status as gitlab_status
 from planner.core import CONCURRENCY_FACTOR
-from zoekt import app_settings, capacity, clock, memory
+from zoekt import admission, app_settings, capacity, clock, memory
 from zoekt.capacity import NodeWatermark
 from zoekt.models import (
     ApplicationSetting,
@@ -560,6 +560,7 @@ def _indexing_section(
     # Only the tasks of nodes that still exist (the fleet's read model counts them all).
     tasks = _by(Task.objects.join_nodes(), "state", Task.State)
     pending = _by(Task.objects.join_nodes().pending_or_processing(), "task_type", Task.TaskType)
+    backlog, drain, drain_seconds = _backlog(overview, now)
     rows = [
         ("Group count", groups),
         (
@@ -575,6 +576,9 @@ def _indexing_section(
         ("Repositories count", _present(repositories)),
         ("Tasks count", _present(tasks)),
         ("Tasks pending/processing by type", _present(pending)),
+        ("Indexing admission", settings.indexing_admission),
+        ("Indexing backlog by priority", backlog),
+        ("Indexing backlog expected drain time", drain),
     ]
     data = {
         "group_count": groups,
@@ -585,8 +589,34 @@ def _indexing_section(
         "repositories": repositories,
         "tasks": tasks,
         "tasks_pending_or_processing_by_type": pending,
+        "indexing_admission": settings.indexing_admission,
+        "indexing_backlog_by_priority": backlog,
+        "indexing_backlog_drain_seconds": drain_seconds,
     }
     return {"rows": rows, "data": data}
+
+
+#: The window over which the fleet's recent pace of finished tasks is measured.
+DRAIN_WINDOW_SECONDS = 15 * 60
+
+
+def _backlog(overview: FleetOverview, now: datetime) -> tuple[Counts, str, int | None]:
+    """The nodes' pending tasks by admission priority (docs/scheduling.md), and how long
+    they take to drain at the pace tasks finished over the last 15 minutes."""
+    by_priority: dict[str, int] = {p.name.lower(): 0 for p in admission.Priority}
+    for node in overview.nodes:
+        for name, count in node.indexing.backlog.items():
+            by_priority[name] += count
+    total = sum(by_priority.values())
+    done = Task.objects.filter(
+        state=Task.State.DONE, updated_at__gte=now - timedelta(seconds=DRAIN_WINDOW_SECONDS)
+    ).count()
+    if not total:
+        return Counts(0, by_priority), "nothing pending", 0
+    if not done:
+        return Counts(total, by_priority), "unknown (no task finished in 15 min)", None
+    seconds = int(total * DRAIN_WINDOW_SECONDS / done)
+    return Counts(total, by_priority), f"{_duration(seconds)} at the last 15 min's pace", seconds
 
 
 def _eviction(

@@ -1,0 +1,138 @@
+"""The admission policy as a pure function (zoekt.admission): its rules on any input."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from zoekt import admission
+from zoekt.admission import Admit, Candidate, Hold, NodeRoom, PendingIndex, Priority
+
+GIB = 1024**3
+
+
+def room(slots: int = 4, used_gib: float = 10, total_gib: float = 100) -> NodeRoom:
+    return NodeRoom(slots, int(total_gib * GIB), int(used_gib * GIB), 0.60, 0.75)
+
+
+def task(task_id: int, *, priority=Priority.NEVER_INDEXED, namespace=1, gib=0.0, **kw):
+    return Candidate(
+        task_id=task_id,
+        priority=priority,
+        namespace_id=namespace,
+        project_id=kw.pop("project", task_id),
+        temporary_bytes=int(gib * GIB),
+        **kw,
+    )
+
+
+def test_round_robin_between_namespaces_within_a_priority():
+    tasks = [task(i, namespace=1) for i in range(1, 5)] + [task(10, namespace=2)]
+
+    assert [c.task_id for c in admission.rank(tasks)] == [1, 10, 2, 3, 4]
+
+
+def test_in_flight_first_then_priority():
+    tasks = [
+        task(1, priority=Priority.UPDATE),
+        task(2, priority=Priority.DELETE),
+        task(3, priority=Priority.UPDATE, in_flight=True),
+        task(4, priority=Priority.MOVE),
+    ]
+
+    assert [c.task_id for c in admission.rank(tasks)] == [3, 2, 4, 1]
+
+
+def test_every_decision_carries_its_reason():
+    decided = admission.admit(
+        [task(1, gib=6), task(2, gib=6), task(3, gib=1), task(4, priority=Priority.DELETE)],
+        room(used_gib=50),
+    )
+
+    assert decided.reasons() == {
+        4: Admit.DELETE,
+        1: Admit.WITHIN_LOW_WATERMARK,
+        2: Hold.DISK_HEADROOM,
+        3: Hold.BEHIND_HELD_TASK,
+    }
+
+
+def test_a_node_without_a_reported_disk_is_paced_by_its_slots_alone():
+    decided = admission.admit([task(i, gib=500) for i in range(6)], room(total_gib=0))
+
+    assert decided.admitted == [0, 1, 2, 3]
+
+
+candidates = st.lists(
+    st.builds(
+        Candidate,
+        task_id=st.integers(1, 10**6),
+        priority=st.sampled_from(list(Priority)),
+        namespace_id=st.integers(1, 5),
+        project_id=st.integers(1, 30),
+        temporary_bytes=st.integers(0, 30 * GIB),
+        in_flight=st.booleans(),
+    ),
+    max_size=40,
+    unique_by=lambda c: c.task_id,
+)
+rooms = st.builds(
+    NodeRoom,
+    slots=st.integers(1, 12),
+    total_bytes=st.just(100 * GIB),
+    used_bytes=st.integers(0, 90 * GIB),
+    low_watermark=st.just(0.60),
+    high_watermark=st.just(0.75),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(candidates, rooms)
+def test_the_rules_hold_on_any_input(tasks, node):
+    decided = admission.admit(tasks, node)
+    by_id = {c.task_id: c for c in tasks}
+    admitted = [by_id[i] for i in decided.admitted]
+    new = [c for c in admitted if not c.in_flight]
+    in_flight = [c for c in tasks if c.in_flight]
+
+    # Every task gets exactly one decision, and every in-flight task stays handed out.
+    assert sorted(d.task_id for d in decided.decisions) == sorted(by_id)
+    assert all(c.in_flight or c.task_id in decided.admitted for c in in_flight)
+    # Slots are never over-filled by new work.
+    assert len(new) <= max(0, node.slots - len(in_flight))
+    # One task per project among the new ones, and none beside a project in flight.
+    projects = [c.project_id for c in new]
+    assert len(projects) == len(set(projects))
+    assert not set(projects) & {c.project_id for c in in_flight}
+    # New builds never take the node past the high watermark with their temporary bytes,
+    # and past the low one only as the single build on the node.
+    builds = [c for c in new if c.priority != Priority.DELETE]
+    flying = sum(c.temporary_bytes for c in in_flight)
+    total = node.used_bytes + flying + sum(c.temporary_bytes for c in builds)
+    if builds:
+        assert total <= node.high_watermark * node.total_bytes
+        busy = any(c.priority != Priority.DELETE for c in in_flight)
+        if total > node.low_watermark * node.total_bytes:
+            assert len(builds) == 1 and not busy
+    # Deterministic.
+    assert admission.admit(tasks, node) == decided
+
+
+def test_pending_indices_start_while_the_queue_is_short():
+    pending = [PendingIndex(i, node_id=1, repositories=100) for i in range(1, 8)]
+
+    # 2 slots: a queue of 120 repositories; 50 already queued leaves room for one index.
+    assert admission.start_pending_indices(pending, {1: 50}, {1: 2}) == [1]
+    # An empty queue always starts one, however big.
+    big = [PendingIndex(1, node_id=1, repositories=10_000)]
+    assert admission.start_pending_indices(big, {}, {1: 2}) == [1]
+
+
+def test_a_moves_replacement_starts_first_and_offline_nodes_start_nothing():
+    pending = [
+        PendingIndex(1, node_id=1, repositories=200),
+        PendingIndex(2, node_id=1, repositories=200, moving=True),
+        PendingIndex(3, node_id=9, repositories=1),
+    ]
+
+    assert admission.start_pending_indices(pending, {}, {1: 2}) == [2]
