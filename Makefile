@@ -64,6 +64,7 @@ replays: install
 	$(BIN)/python -m config.devservers exec -- $(BIN)/python bench/replay_rolling_restart.py
 	$(BIN)/python -m config.devservers exec -- $(BIN)/python bench/replay_drain.py
 	$(BIN)/python -m config.devservers exec -- $(BIN)/python bench/replay_rebalance.py
+	$(BIN)/python -m config.devservers exec -- $(BIN)/python bench/replay_initial_indexing.py
 
 lint: install
 	$(BIN)/ruff check .

@@ -169,8 +169,8 @@ def fleet_overview(
     shutdown records (1, and 2 more while a node drains), one count each
     for index watermark levels, replicas, repositories, enabled namespaces and
     split namespaces, and the dark namespaces (``search_targets``' four: the
-    namespaces, their ready indices, searchable): 18 (20 with a drain), whatever
-    the fleet size (the settings come from their cache).
+    namespaces, their ready indices, searchable) and the indexing figures per node
+    and priority (1): 19 (21 with a drain), whatever the fleet size (the settings come from their cache).
     """
     now = now or clock.now()
     settings = settings or app_settings.current()

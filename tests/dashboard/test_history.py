@@ -281,8 +281,8 @@ def test_the_node_page_takes_the_same_statements_for_a_day_and_for_three_weeks(a
         return len(captured)
 
     # the session and user (3), the node, its samples, its row of the fleet page
-    # (fleet_overview: 18), its indices with their namespaces (1)
-    assert count(fleet.nodes[0]) == count(fleet.nodes[1]) == count(fleet.nodes[2]) == 24
+    # (fleet_overview: 19), its indices with their namespaces (1)
+    assert count(fleet.nodes[0]) == count(fleet.nodes[1]) == count(fleet.nodes[2]) == 25
 
 
 # --- the fleet page ---------------------------------------------------------------------
