@@ -170,7 +170,8 @@ def fleet_overview(
     for index watermark levels, replicas, repositories, enabled namespaces and
     split namespaces, and the dark namespaces (``search_targets``' four: the
     namespaces, their ready indices, searchable) and the indexing figures per node
-    and priority (1): 19 (21 with a drain), whatever the fleet size (the settings come from their cache).
+    and priority (1): 19 (21 with a drain), whatever the fleet size (the settings
+    come from their cache).
     """
     now = now or clock.now()
     settings = settings or app_settings.current()
