@@ -104,12 +104,12 @@ def test_the_evictions_page_lists_nodes_over_high_with_their_clock_and_cooldown(
     assert cell(waiting_row, "sustain") == "5 h 50 min"
     until = evicted["hot"].eviction_cooldown_until
     assert until == evicted["applied"].applied_at + timedelta(hours=12)
-    assert cell(hot_row, "cooldown") == until.strftime("%Y-%m-%d %H:%M")
+    assert cell(hot_row, "cooldown") == until.strftime("%Y-%m-%d %H:%M UTC")
     assert cell(waiting_row, "cooldown") == "not cooling"
 
     cooling = re.search(r'<table class="dashboard" id="cooling">.*?</table>', html, re.S)[0]
     assert re.findall(r'data-node-name="([^"]+)"', cooling) == ["hot"]
-    assert cell(cooling, "until") == until.strftime("%Y-%m-%d %H:%M")
+    assert cell(cooling, "until") == until.strftime("%Y-%m-%d %H:%M UTC")
     assert cell(cooling, "left") == "11 h 50 min"
     text = page_text(response)
     assert "1 decisions applied" in text
@@ -133,13 +133,13 @@ def test_the_evictions_page_lists_every_decision_newest_first(admin_client, evic
     assert cell(row, "evicted") == "30.0 GiB"
     assert cell(row, "projected") == "86.0% → 56.0%"
     until = evicted["hot"].eviction_cooldown_until
-    assert cell(row, "cooldown") == f"until {until:%Y-%m-%d %H:%M}"
+    assert cell(row, "cooldown") == f"until {until:%Y-%m-%d %H:%M} UTC"
 
     repeated = row_html(response, "data-decision-id", evicted["repeated"].id)
     assert cell(repeated, "verdict") == "skipped"
     assert cell(repeated, "reason") == "eviction sustain not reached"
     assert cell(repeated, "repeats") == "2"
-    assert cell(repeated, "seen") == f"{evicted['repeated'].last_seen_at:%Y-%m-%d %H:%M:%S}"
+    assert cell(repeated, "seen") == f"{evicted['repeated'].last_seen_at:%Y-%m-%d %H:%M:%S} UTC"
     assert cell(repeated, "evicted") == "-"
     assert cell(repeated, "cooldown") == "-"
 
@@ -152,7 +152,8 @@ def test_an_ended_cooldown_shows_when_and_why(admin_client, evicted):
     response = admin_client.get(reverse("dashboard-evictions"))
     row = row_html(response, "data-decision-id", evicted["applied"].id)
     assert (
-        cell(row, "cooldown") == f"ended {clock.now():%Y-%m-%d %H:%M} cooldown evicted indices gone"
+        cell(row, "cooldown")
+        == f"ended {clock.now():%Y-%m-%d %H:%M} UTC cooldown evicted indices gone"
     )
     assert "No node is cooling down." in page_text(response)
 
@@ -190,7 +191,7 @@ def test_the_fleet_page_shows_each_nodes_sustain_clock_and_cooldown(admin_client
     response = admin_client.get(reverse("dashboard-fleet"))
     until = evicted["hot"].eviction_cooldown_until
     hot = cell(row_html(response, "data-node-id", evicted["hot"].id), "eviction")
-    assert hot == f"over high for 10 min cooling until {until:%H:%M}"
+    assert hot == f"over high for 10 min cooling until {until:%H:%M} UTC"
     waiting = cell(row_html(response, "data-node-id", evicted["waiting"].id), "eviction")
     assert waiting == "over high for 2 h 10 min"
     assert cell(row_html(response, "data-node-id", evicted["calm"].id), "eviction") == "-"
