@@ -66,6 +66,7 @@ DASHBOARD_PAGES = [
     "Moves",
     "Maintenance",
     "Balance",
+    "Capacity",
     "GitLab",
     "Audit",
 ]
@@ -412,7 +413,7 @@ def test_operator_reads_every_dashboard_page(browser_ready, live_server, tmp_pat
         photograph(page, tmp_path, "dashboard-node", overflow)
 
         # --- the pages with nothing checked here but their width ------------------
-        for key in ("balance", "gitlab", "audit"):
+        for key in ("balance", "capacity", "gitlab", "audit"):
             page.click(f".dashboard-tabs a[data-page={key}]")
             page.wait_for_url(f"{base}/admin/dashboard/{key}/")
             photograph(page, tmp_path, f"dashboard-{key}", overflow)
@@ -462,6 +463,7 @@ def test_operator_reads_every_dashboard_page(browser_ready, live_server, tmp_pat
         "maintenance",
         "node",
         "balance",
+        "capacity",
         "gitlab",
         "audit",
         "problem",
