@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from django.core.validators import RegexValidator
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -314,8 +313,10 @@ class NodeShutdownRequestSerializer(StrictSerializer):
     )
     reason = StringField(
         max_length=2000,
-        # Something besides spaces (the schema's pattern), as zoekt.shutdowns requires.
-        validators=[RegexValidator(r"\S", message="must be a non-empty string saying why")],
+        # Something besides spaces (the schema's pattern), as zoekt.shutdowns requires,
+        # and no NUL character.
+        pattern=r"\A[^\x00]*[^\s\x00][^\x00]*\Z",
+        pattern_message="must be a non-empty string saying why, without NUL characters",
         help_text="Why, for the record (an upgrade, a host reboot).",
     )
     allowed_delay = serializers.IntegerField(

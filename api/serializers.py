@@ -43,9 +43,26 @@ _PORT = r"(?:6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4
 NODE_URL_PATTERN = rf"\Ahttps?://[A-Za-z0-9._-]+(?::{_PORT})?(?:[/?#][!-~]*)?\Z"
 
 
+#: No NUL character (DRF's ``CharField`` refuses one), as a schema ``pattern``.
+NO_NUL_PATTERN = r"\A[^\x00]*\Z"
+
+
 class StringField(serializers.CharField):
     """A string as the schema types it: a number is refused, not turned into its digits
-    (DRF's ``CharField`` takes ``0`` as ``"0"``). Form bodies send strings only."""
+    (DRF's ``CharField`` takes ``0`` as ``"0"``). Form bodies send strings only.
+
+    Its ``pattern`` (published in the schema, and held to here) says no NUL character
+    unless another is given, which must leave NUL out itself."""
+
+    def __init__(self, *, pattern=NO_NUL_PATTERN, pattern_message=None, pattern_code=None, **kw):
+        super().__init__(**kw)
+        self.validators.append(
+            RegexValidator(
+                pattern,
+                message=pattern_message or "Null characters are not allowed.",
+                code=pattern_code or "null_characters_not_allowed",
+            )
+        )
 
     def to_internal_value(self, data):
         if not isinstance(data, str):
@@ -63,13 +80,13 @@ class NodeURLField(StringField):
     default_error_messages = {"invalid_url": "Enter an http or https URL with a host."}
 
     def __init__(self, **kwargs):
-        super().__init__(max_length=MAX_URL_LENGTH, trim_whitespace=False, **kwargs)
-        self.validators.append(
-            RegexValidator(
-                NODE_URL_PATTERN,
-                message=self.error_messages["invalid_url"],
-                code="invalid_url",
-            )
+        super().__init__(
+            max_length=MAX_URL_LENGTH,
+            trim_whitespace=False,
+            pattern=NODE_URL_PATTERN,
+            pattern_message=self.default_error_messages["invalid_url"],
+            pattern_code="invalid_url",
+            **kwargs,
         )
 
     def to_internal_value(self, data):
