@@ -10,15 +10,31 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install run demo test screenshots lint format bench fuzz faults replays clean
+.PHONY: install lock run demo test screenshots lint format bench fuzz faults replays clean
 
-$(STAMP): pyproject.toml
+# Every dependency from the locks, each file checked against its hash (requirements.lock:
+# what the image runs; requirements-dev.lock: the same pins plus the embedded servers, honcho
+# and the test tools), then the project itself, editable, with nothing more resolved.
+$(STAMP): pyproject.toml requirements.lock requirements-dev.lock
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[embedded,run,dev]'
+	$(BIN)/python -m pip install --quiet --require-hashes -r requirements.lock -r requirements-dev.lock
+	$(BIN)/python -m pip install --quiet --no-deps -e .
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# Refresh the locks from pyproject.toml (pip-tools, in a venv of its own under var/): run it
+# after changing a dependency, and commit both files. The index is PyPI's, whatever pip.conf
+# says, so the hashes are PyPI's files'.
+LOCK_VENV := var/lock-venv
+PIP_COMPILE := PIP_CONFIG_FILE=/dev/null $(LOCK_VENV)/bin/pip-compile --quiet --strip-extras \
+	--generate-hashes --index-url https://pypi.org/simple --no-emit-index-url
+lock:
+	$(PYTHON) -m venv $(LOCK_VENV)
+	$(LOCK_VENV)/bin/python -m pip install --quiet 'pip-tools>=7.4'
+	$(PIP_COMPILE) -o requirements.lock pyproject.toml
+	$(PIP_COMPILE) --allow-unsafe --extra embedded --extra run --extra dev -c requirements.lock \
+		-o requirements-dev.lock pyproject.toml
 
 run: install
 	$(BIN)/python -m config.devservers run

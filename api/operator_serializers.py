@@ -19,7 +19,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from api.errors import flatten_errors
-from api.serializers import StrictSerializer
+from api.serializers import StrictSerializer, StringField
 from zoekt import catalog, shutdowns
 from zoekt.models import ZONE_MAX_LENGTH, ZONE_PATTERN, Namespace, ProjectFeature
 
@@ -132,10 +132,33 @@ class NumberOfReplicasOverrideSerializer(StrictSerializer):
         return attrs
 
 
-class EnableNamespaceSerializer(StrictSerializer):
-    """`PUT /admin/zoekt/shards/:node_id/indexed_namespaces/:namespace_id` (query or body)."""
+class StrictBooleanField(serializers.BooleanField):
+    """A boolean as the schema types it: ``true``/``false`` in JSON (or null), the strings
+    ``true``/``false`` in a form or a query string; not DRF's wider ``yes``, ``on``, ``1``."""
 
-    search = serializers.BooleanField(required=False, allow_null=True, default=None)
+    default_error_messages = {"invalid": "Must be a valid boolean: true or false."}
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool):
+            return data
+        if self.context.get("textual") and data in ("true", "false"):
+            return data == "true"
+        self.fail("invalid")
+
+
+class EnableNamespaceSerializer(StrictSerializer):
+    """`PUT /admin/zoekt/shards/:node_id/indexed_namespaces/:namespace_id` (query or body).
+
+    The view passes ``textual`` in the context for a form body; the query string's
+    ``search`` is checked on its own (``SearchQuerySerializer``)."""
+
+    search = StrictBooleanField(required=False, allow_null=True, default=None)
+
+
+class SearchQuerySerializer(serializers.Serializer):
+    """The query string's ``search`` of the same endpoint: ``true`` or ``false``."""
+
+    search = StrictBooleanField(required=False)
 
 
 class ProjectIndexSuccessSerializer(serializers.Serializer):
@@ -215,7 +238,8 @@ class CatalogProjectSerializer(_CatalogRowSerializer):
     project_namespace_id = _id()
     visibility_level = VisibilityLevelField()
     archived = serializers.BooleanField()
-    repository_storage = _name()
+    # The storages this deployment knows (ZOEKT_GITALY_STORAGES), so the schema lists them.
+    repository_storage = serializers.ChoiceField(choices=catalog.known_repository_storages())
     repository_access_level = RepositoryAccessLevelField()
     forked_from_project_id = _id(allow_null=True)
 
@@ -292,8 +316,13 @@ class NodeShutdownRequestSerializer(StrictSerializer):
         help_text="`restart` (the node comes back with its data), `remove` (drain: every "
         "index is moved off the node), `replace` (drain onto `target_node_id`).",
     )
-    reason = serializers.CharField(
-        max_length=2000, help_text="Why, for the record (an upgrade, a host reboot)."
+    reason = StringField(
+        max_length=2000,
+        # Something besides spaces (the schema's pattern), as zoekt.shutdowns requires,
+        # and no NUL character.
+        pattern=r"\A[^\x00]*[^\s\x00][^\x00]*\Z",
+        pattern_message="must be a non-empty string saying why, without NUL characters",
+        help_text="Why, for the record (an upgrade, a host reboot).",
     )
     allowed_delay = serializers.IntegerField(
         required=False,

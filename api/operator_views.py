@@ -31,6 +31,7 @@ from zoekt import app_settings, catalog, operator_actions, shutdowns
 from zoekt.audit import Actor, Via
 from zoekt.logging import get_logger
 from zoekt.models import EnabledNamespace, Index, Node
+from zoekt.operator_errors import RejectedByState
 
 log = get_logger(__name__)
 
@@ -83,6 +84,8 @@ class OperatorAPIView(APIView):
     def handle_exception(self, exc):
         if isinstance(exc, operator_actions.ObjectNotFound):
             exc = exceptions.NotFound({exc.field: [exc.message]})
+        elif isinstance(exc, RejectedByState):
+            exc = Conflict(exc.errors)
         elif isinstance(exc, operator_actions.Rejected):
             exc = exceptions.ValidationError(exc.errors)
         return super().handle_exception(exc)
@@ -318,12 +321,14 @@ class IndexedNamespaceView(OperatorAPIView):
     )
     def put(self, request, node_id: int, namespace_id: int):
         ensure_zoekt_indexing_enabled()
-        data = {}
-        if "search" in request.query_params:
-            data["search"] = request.query_params["search"]
+        query = s.SearchQuerySerializer(data=request.query_params.dict(), context={"textual": True})
+        query.is_valid(raise_exception=True)
+        data = dict(query.validated_data)
         if hasattr(request.data, "items"):
             data.update(request.data.items())
-        serializer = s.EnableNamespaceSerializer(data=data)
+        serializer = s.EnableNamespaceSerializer(
+            data=data, context={"textual": hasattr(request.data, "getlist")}
+        )
         serializer.is_valid(raise_exception=True)
         result = operator_actions.do_enable_namespace(
             node_id, namespace_id, serializer.validated_data["search"], actor=api_actor(request)
@@ -436,8 +441,12 @@ class CatalogBulkUpsertView(OperatorAPIView):
             f"{s.MAX_CATALOG_ROWS:,} per table. Every row is checked: JSON types and ranges, "
             "duplicates, references to rows in the batch or the database, parent cycles, and "
             "that a project's `project_namespace_id` is a `Project` namespace whose parent is "
-            "the project's `namespace_id`. Any bad row rejects the whole batch with a 400 "
-            "naming each row and field (`projects[3].namespace_id`) and nothing is written. "
+            "the project's `namespace_id`. Any bad row rejects the whole batch, naming each "
+            "row and field (`projects[3].namespace_id`), and nothing is written: a 400 when a "
+            "row breaks this schema or the batch repeats an id, a 409 when well-formed rows do "
+            "not fit the stored catalog (a reference neither in the batch nor in the "
+            "database, a cycle, a group too deep, a project namespace that cannot change; "
+            "sending the missing rows first makes it succeed). "
             "Otherwise everything is written in one transaction with bulk statements: "
             "`traversal_ids` are computed from the parents (root first, ending with the "
             "namespace's own id; database descendants of a moved namespace follow it), "
@@ -449,8 +458,9 @@ class CatalogBulkUpsertView(OperatorAPIView):
         request=s.CatalogBulkUpsertSerializer,
         responses={
             200: s.CatalogBulkUpsertResultSerializer,
-            400: _error("A bad row: the whole batch is rejected, nothing written"),
+            400: _error("A row that breaks this schema: the whole batch is refused"),
             **COMMON_ERRORS,
+            409: _error("Rows that do not fit the stored catalog: the whole batch is refused"),
             413: _error("Body too large"),
         },
         examples=[
@@ -491,7 +501,7 @@ class CatalogBulkUpsertView(OperatorAPIView):
                     },
                 },
                 response_only=True,
-                status_codes=["400"],
+                status_codes=["409"],
             ),
         ],
     )

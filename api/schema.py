@@ -8,6 +8,7 @@ from django.contrib.auth.views import redirect_to_login
 from django.urls import reverse
 from drf_spectacular.extensions import (
     OpenApiAuthenticationExtension,
+    OpenApiSerializerExtension,
     OpenApiSerializerFieldExtension,
 )
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
@@ -78,3 +79,55 @@ class JSONObjectFieldExtension(OpenApiSerializerFieldExtension):
     def map_serializer_field(self, auto_schema, direction):
         component = auto_schema.resolve_serializer(self.target.serializer_class, direction)
         return component.ref if component else {"type": "object"}
+
+
+class _ClosedRequestObject:
+    """A serializer that refuses keys it does not declare: its request schema says so
+    (``additionalProperties: false``), so a generated body with an extra key is one the
+    schema forbids, not one it allows and the API refuses."""
+
+    match_subclasses = True
+
+    def map_serializer(self, auto_schema, direction):
+        schema = auto_schema._map_basic_serializer(self.target, direction)
+        if direction == "request":
+            schema["additionalProperties"] = False
+        return schema
+
+
+class StrictSerializerScheme(_ClosedRequestObject, OpenApiSerializerExtension):
+    target_class = "api.serializers.StrictSerializer"
+
+
+class CatalogRowScheme(_ClosedRequestObject, OpenApiSerializerExtension):
+    target_class = "api.operator_serializers._CatalogRowSerializer"
+
+
+#: What the request guard (``api.middleware.RequestGuardMiddleware``) answers on any path
+#: under /api/, before a view: declared on every operation.
+GUARD_RESPONSES = {
+    "411": "A chunked body (`Transfer-Encoding: chunked`): send it with Content-Length. "
+    "Body: {error: str, errors: {body: [str]}}.",
+}
+
+
+#: The media type every request body is declared in.
+DECLARED_BODY_MEDIA_TYPE = "application/json"
+
+
+def declare_guard_responses(result, generator, request, public):
+    """A postprocessing hook: every operation declares the guard's answers, and its body in
+    JSON only. The views read form bodies too (GitLab's API does, for ``curl -d``), but a
+    form cannot say null, nor an object without a convention of its own (the node API reads
+    ``process_health`` as a JSON string), so the schema promises what is exact: JSON."""
+    for operations in result.get("paths", {}).values():
+        for operation in operations.values():
+            content = operation.get("requestBody", {}).get("content")
+            if content and DECLARED_BODY_MEDIA_TYPE in content:
+                operation["requestBody"]["content"] = {
+                    DECLARED_BODY_MEDIA_TYPE: content[DECLARED_BODY_MEDIA_TYPE]
+                }
+            responses = operation.setdefault("responses", {})
+            for status, description in GUARD_RESPONSES.items():
+                responses.setdefault(status, {"description": description})
+    return result

@@ -223,7 +223,13 @@ MAX_QUERY_DEPTH = 64
 MAX_INT = 2**31 - 1
 MAX_BIGINT = 2**63 - 1
 #: A Go duration, as Zoekt reads ``timeout``: "120s", "1m30s", "500ms".
-GO_DURATION = r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$"
+_DURATION_UNIT = "(ns|us|µs|ms|s|m|h)"
+_DURATION_PART = rf"[0-9]+(\.[0-9]+)?{_DURATION_UNIT}"
+#: A part whose number has a digit other than 0.
+_NONZERO_PART = rf"([0-9]*[1-9][0-9]*(\.[0-9]+)?|[0-9]+\.[0-9]*[1-9][0-9]*){_DURATION_UNIT}"
+#: A Go duration above zero (``1.5s``, ``2m30s``), as the schema's ``pattern`` says it: one
+#: part at least has a digit other than 0.
+GO_DURATION = rf"\A({_DURATION_PART})*{_NONZERO_PART}({_DURATION_PART})*\Z"
 
 
 class JSONIntegerField(serializers.IntegerField):
@@ -294,7 +300,8 @@ class SearchOptionsSerializer(StrictSerializer):
         max_length=32,
         required=False,
         default=DEFAULTS.timeout,
-        help_text="A Go duration, as Zoekt reads it.",
+        error_messages={"invalid": "A Go duration above zero, such as 30s or 1m30s."},
+        help_text="A Go duration above zero, as Zoekt reads it.",
     )
     num_context_lines = _option(DEFAULTS.num_context_lines, "GitLab's CONTEXT_LINES_COUNT.")
     max_file_match_window = _option(DEFAULTS.max_file_match_window, "")
@@ -315,17 +322,13 @@ class SearchOptionsSerializer(StrictSerializer):
         "most projects, ties to the lowest id.",
     )
 
-    def validate_timeout(self, value: str) -> str:
-        if not any(c in "123456789" for c in value):
-            raise serializers.ValidationError("The timeout must be above zero.")
-        return value
-
 
 class SearchRequestInputSerializer(StrictSerializer):
     query = QueryField()
     project_ids = serializers.ListField(
         child=JSONIntegerField(min_value=1, max_value=MAX_BIGINT),
         allow_empty=False,
+        min_length=1,
         help_text=f"The projects the caller may search; at most {MAX_TARGET_PROJECTS:,}, "
         "duplicates counted once.",
     )

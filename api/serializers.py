@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 from urllib.parse import urlsplit
 
+from django.core.validators import RegexValidator
 from rest_framework import serializers
 
 from zoekt.capacity import MAX_BYTES
@@ -34,13 +35,59 @@ MAX_BODY_BYTES = 64 * 1024
 NODE_INVALID_CODES = frozenset({"blank", "invalid_url", "no_known_service", "exceeds_disk_all"})
 
 
-class NodeURLField(serializers.CharField):
-    """An http(s) URL with a host; single-label hosts (``http://zoekt-0:6065``) are fine."""
+#: A port, 0 to 65535, as digits.
+_PORT = r"(?:6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[0-9]{1,4})"
+#: What a node URL may be, published as the schema's ``pattern``: http(s), a host of
+#: letters, digits, dots, hyphens and underscores (``zoekt-0``, ``zoekt_0.zoekt``, an IPv4
+#: address), an optional port, then a path, query or fragment of printable ASCII.
+NODE_URL_PATTERN = rf"\Ahttps?://[A-Za-z0-9._-]+(?::{_PORT})?(?:[/?#][!-~]*)?\Z"
+
+
+#: No NUL character (DRF's ``CharField`` refuses one), as a schema ``pattern``.
+NO_NUL_PATTERN = r"\A[^\x00]*\Z"
+
+
+class StringField(serializers.CharField):
+    """A string as the schema types it: a number is refused, not turned into its digits
+    (DRF's ``CharField`` takes ``0`` as ``"0"``). Form bodies send strings only.
+
+    Its ``pattern`` (published in the schema, and held to here) says no NUL character
+    unless another is given, which must leave NUL out itself."""
+
+    def __init__(self, *, pattern=NO_NUL_PATTERN, pattern_message=None, pattern_code=None, **kw):
+        super().__init__(**kw)
+        self.validators.append(
+            RegexValidator(
+                pattern,
+                message=pattern_message or "Null characters are not allowed.",
+                code=pattern_code or "null_characters_not_allowed",
+            )
+        )
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class NodeURLField(StringField):
+    """An http(s) URL with a host; single-label hosts (``http://zoekt-0:6065``) are fine.
+
+    Held to ``NODE_URL_PATTERN``, which the schema publishes, so a URL the schema allows is
+    one the node API takes; nothing is trimmed (GitLab's API trims nothing either).
+    """
 
     default_error_messages = {"invalid_url": "Enter an http or https URL with a host."}
 
     def __init__(self, **kwargs):
-        super().__init__(max_length=MAX_URL_LENGTH, **kwargs)
+        super().__init__(
+            max_length=MAX_URL_LENGTH,
+            trim_whitespace=False,
+            pattern=NODE_URL_PATTERN,
+            pattern_message=self.default_error_messages["invalid_url"],
+            pattern_code="invalid_url",
+            **kwargs,
+        )
 
     def to_internal_value(self, data):
         value = super().to_internal_value(data)
@@ -193,9 +240,10 @@ class HeartbeatSerializer(NodeAPISerializer):
         return {
             "node.url": NodeURLField(),
             "node.search_url": NodeURLField(required=False),
-            "node.name": serializers.CharField(max_length=255),
+            # Not blank (minLength 1 in the schema), and not trimmed, as in GitLab.
+            "node.name": StringField(max_length=255, trim_whitespace=False),
             "node.services": serializers.ListField(
-                child=serializers.CharField(max_length=64), max_length=16, required=False
+                child=StringField(max_length=64), max_length=16, required=False
             ),
             "node.schema_version": serializers.IntegerField(
                 min_value=0, max_value=MAX_SMALLINT, required=False
@@ -209,7 +257,7 @@ class HeartbeatSerializer(NodeAPISerializer):
             "node.concurrency": serializers.IntegerField(
                 min_value=0, max_value=100_000, required=False
             ),
-            "node.version": serializers.CharField(max_length=255, required=False, allow_blank=True),
+            "node.version": StringField(max_length=255, required=False, allow_blank=True),
             "disk.all": _bytes(),
             "disk.used": _bytes(),
             "disk.indexed": _bytes(required=False),
@@ -268,7 +316,7 @@ class CallbackPayloadSerializer(NodeAPISerializer):
 
     task_id = serializers.IntegerField(min_value=1, max_value=MAX_BIGINT, required=False)
     schema_version = serializers.IntegerField(min_value=0, max_value=MAX_SMALLINT, required=False)
-    service_type = serializers.CharField(max_length=64, required=False)
+    service_type = StringField(max_length=64, required=False, trim_whitespace=False)
 
 
 class RepoStatsSerializer(NodeAPISerializer):
@@ -287,6 +335,6 @@ class CallbackSerializer(NodeAPISerializer):
 
     name = serializers.ChoiceField(choices=["index", "delete"])
     success = RequiredBooleanField()
-    error = serializers.CharField(max_length=10_000, required=False, allow_blank=True)
+    error = StringField(max_length=10_000, required=False, allow_blank=True)
     payload = JSONObjectField(CallbackPayloadSerializer)
     additional_payload = JSONObjectField(AdditionalPayloadSerializer, required=False)

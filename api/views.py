@@ -171,7 +171,9 @@ class CallbackView(NodeAPIView):
             **COMMON_RESPONSES,
             202: OpenApiResponse(description="Accepted"),
             400: OpenApiResponse(description="A malformed parameter"),
-            422: OpenApiResponse(description="Unknown node, or a uuid that is not a UUID"),
+            422: OpenApiResponse(
+                description="No node has this uuid (GitLab's answer), or it is not a UUID"
+            ),
         },
         examples=[
             OpenApiExample(

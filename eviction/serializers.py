@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from api.serializers import StrictSerializer
+from api.serializers import StrictSerializer, StringField
 from eviction import manual
 
 #: The largest id PostgreSQL's bigint holds.
@@ -18,7 +18,7 @@ class IndexMoveRequestSerializer(StrictSerializer):
     to_node_id = serializers.IntegerField(
         min_value=1, max_value=MAX_ID, help_text="The node the index moves to."
     )
-    reason = serializers.CharField(
+    reason = StringField(
         required=False,
         allow_blank=True,
         default="",

@@ -1,7 +1,8 @@
 """The image's build steps, replayed without a container daemon.
 
 The Dockerfile copies the build context that ``.dockerignore`` leaves, installs
-the project (``pip install .``, which packages what ``pyproject.toml``'s
+the locked dependencies (``requirements.lock``, hashes required) and the project
+(``pip install --no-deps .``, which packages what ``pyproject.toml``'s
 ``packages.find`` includes) and runs ``collectstatic``. Here the context is
 copied the same way into a temporary folder, the packages the install would
 take are found with setuptools' own finder, and the ``collectstatic`` line runs
@@ -120,7 +121,11 @@ def replay_collectstatic(image_root: Path, scratch: Path) -> subprocess.Complete
         if keyword == "RUN" and "collectstatic" in arguments
     ]
     steps = [step.strip() for step in run.split("&&")]
-    assert steps[0] == "pip install ."
+    assert steps[:2] == [
+        "pip install --require-hashes -r requirements.lock",
+        "pip install --no-deps .",
+    ]
+    assert (image_root / "requirements.lock").is_file()
     shim = scratch / "bin"
     shim.mkdir(parents=True, exist_ok=True)
     (shim / "python").write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -S "$@"\n')
@@ -131,7 +136,7 @@ def replay_collectstatic(image_root: Path, scratch: Path) -> subprocess.Complete
         "HOME": str(scratch),
     }
     return subprocess.run(
-        ["sh", "-c", steps[1].replace("/app/static", str(scratch / "static"))],
+        ["sh", "-c", steps[2].replace("/app/static", str(scratch / "static"))],
         cwd=image_root,
         env=env,
         capture_output=True,

@@ -51,12 +51,14 @@ from zoekt.models import (
     ProjectStatistics,
 )
 from zoekt.operator_actions import Rejected
+from zoekt.operator_errors import RejectedByState
 
 log = get_logger(__name__)
 
 __all__ = [
     "MAX_GROUP_ANCESTORS",
     "Rejected",
+    "RejectedByState",
     "batch_errors",
     "bulk_upsert",
     "check_row",
@@ -344,10 +346,10 @@ def do_bulk_upsert_catalog(
 ) -> dict:
     """Validate a whole batch against itself and the database, then upsert it.
 
-    On any bad row ``Rejected`` names every bad row and field and nothing is
-    written. Otherwise one transaction writes the namespaces (``traversal_ids``
-    computed root first, ending with the namespace's own id, and re-derived
-    for database descendants of moved namespaces), the projects with their
+    On any bad row ``RejectedByState`` (a ``Rejected``: the API's 409) names every bad
+    row and field and nothing is written. Otherwise one transaction writes the
+    namespaces (``traversal_ids`` computed root first, ending with the namespace's own
+    id, and re-derived for database descendants of moved namespaces), the projects with their
     feature and fork rows, the statistics, and refreshes
     ``namespace_root_storage_statistics`` of every root the batch touched.
     """
@@ -359,7 +361,8 @@ def do_bulk_upsert_catalog(
             batch = _CatalogBatch(namespaces, projects, project_statistics)
             batch.validate()
             if batch.errors:
-                raise Rejected(batch.error_dict())
+                # The batch against the stored catalog: well-formed rows that do not fit it.
+                raise RejectedByState(batch.error_dict())
             return batch.write(now)
     except IntegrityError as exc:
         # Validation holds the batch to every constraint; this is a backstop.

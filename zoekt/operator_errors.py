@@ -45,3 +45,11 @@ class Rejected(OperatorError):
     def __init__(self, errors: dict[str, list[str]]):
         super().__init__(next(iter(errors.items())))
         self.errors = errors
+
+
+class RejectedByState(Rejected):
+    """A 409: a well-formed request that does not fit what the database holds (a catalog
+    row whose parent is neither in the batch nor stored); it may succeed later. ``errors``
+    as ``Rejected``'s."""
+
+    code = "conflict"

@@ -2,8 +2,10 @@
 and project statistics in (``POST /api/v1/catalog/bulk_upsert``).
 
 A good batch is written whole, in one transaction, with a number of queries
-that does not grow with its rows. A batch with any bad row is a 400 naming
-every bad row and field, and the database is left exactly as it was.
+that does not grow with its rows. A batch with any bad row is refused naming
+every bad row and field, and the database is left exactly as it was: a 400 when
+a row breaks the schema or the batch repeats itself (``catalog.check_rows``, no
+database), a 409 when well-formed rows do not fit the stored catalog.
 """
 
 from __future__ import annotations
@@ -505,6 +507,29 @@ BAD_BATCHES = [
 ]  # fmt: skip
 
 
+def expected_status(batch: dict) -> int:
+    """400 for a batch refused without the database (its rows' shapes, or the batch against
+    itself), 409 for one refused against the stored catalog."""
+    try:
+        catalog.check_rows(
+            batch.get("namespaces", []),
+            batch.get("projects", []),
+            batch.get("project_statistics", []),
+        )
+    except catalog.Rejected:
+        return 400
+    return 409
+
+
+def test_both_kinds_of_refusal_are_in_the_matrix():
+    statuses = set()
+    for case in BAD_BATCHES:
+        batch = copy.deepcopy(good_batch())
+        case.values[0](batch)
+        statuses.add(expected_status(batch))
+    assert statuses == {400, 409}
+
+
 @pytest.mark.parametrize(("change", "key", "message"), BAD_BATCHES)
 def test_a_bad_row_rejects_the_whole_batch_naming_row_and_field(
     api, database_catalog, change, key, message
@@ -513,7 +538,7 @@ def test_a_bad_row_rejects_the_whole_batch_naming_row_and_field(
     change(batch)
     before = catalog_snapshot()
     response = api.post(URL, batch, format="json")
-    assert response.status_code == 400, response.content
+    assert response.status_code == expected_status(batch), response.content
     body = response.json()
     assert set(body) == ERROR_KEYS
     assert key in body["errors"], body["errors"]
@@ -558,7 +583,9 @@ def test_every_bad_row_is_named_in_row_order(api, database_catalog):
     batch["project_statistics"][0]["project_id"] = 4244
     batch["namespaces"][1]["parent_id"] = 4245
     before = catalog_snapshot()
-    body = api.post(URL, batch, format="json").json()
+    response = api.post(URL, batch, format="json")
+    assert response.status_code == 409
+    body = response.json()
     assert list(body["errors"]) == [
         "namespaces[1].parent_id",
         "namespaces[3].parent_id",
