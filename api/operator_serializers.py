@@ -374,6 +374,7 @@ class NodeZoneSerializer(StrictSerializer):
     """``PATCH /api/v1/nodes/:id``: the node's zone (its failure domain), or null for none."""
 
     zone = ZoneField(
+        required=False,
         allow_null=True,
         allow_blank=True,
         max_length=ZONE_MAX_LENGTH,

@@ -30,7 +30,7 @@ from api.errors import Conflict, PayloadTooLarge
 from zoekt import app_settings, catalog, operator_actions, shutdowns
 from zoekt.audit import Actor, Via
 from zoekt.logging import get_logger
-from zoekt.models import EnabledNamespace, Index, Node
+from zoekt.models import ZONE_PATTERN, EnabledNamespace, Index, Node
 from zoekt.operator_errors import RejectedByState
 
 log = get_logger(__name__)
@@ -746,7 +746,9 @@ class NodeView(OperatorAPIView):
         serializer = s.NodeZoneSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         if "zone" not in serializer.validated_data:
-            raise exceptions.ValidationError({"zone": ["This field is required."]})
+            # A PATCH that names no field changes nothing: the node as it is.
+            node = operator_actions.find_node(node_id)
+            return Response({"id": node.id, "name": node.name, "zone": node.zone})
         node = operator_actions.do_set_node_zone(
             node_id, serializer.validated_data["zone"], actor=api_actor(request)
         )
@@ -757,7 +759,10 @@ class NodeView(OperatorAPIView):
 
 
 ZONE_PARAMETER = OpenApiParameter(
-    "zone", OpenApiTypes.STR, OpenApiParameter.PATH, description="The zone's label."
+    "zone",
+    {"type": "string", "pattern": ZONE_PATTERN, "maxLength": 63},
+    OpenApiParameter.PATH,
+    description="The zone's label.",
 )
 
 

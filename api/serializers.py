@@ -243,7 +243,9 @@ class HeartbeatSerializer(NodeAPISerializer):
             # Not blank (minLength 1 in the schema), and not trimmed, as in GitLab.
             "node.name": StringField(max_length=255, trim_whitespace=False),
             "node.services": serializers.ListField(
-                child=StringField(max_length=64), max_length=16, required=False
+                child=StringField(max_length=64, trim_whitespace=False),
+                max_length=16,
+                required=False,
             ),
             "node.schema_version": serializers.IntegerField(
                 min_value=0, max_value=MAX_SMALLINT, required=False

@@ -9,8 +9,9 @@ session, the same error shape: a bad query parameter is a 400 naming it).
 from __future__ import annotations
 
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers
+from rest_framework.exceptions import NotFound
 from rest_framework.response import Response
 
 from api.operator_views import OperatorAPIView
@@ -19,16 +20,38 @@ from planner.balance import BalanceError
 from planner.provisioning import WhatIf
 from zoekt.capacity import GIB
 
+#: The largest size a what-if node may have: 1 PiB (a bigger number is a typing slip).
+MAX_GIB = 1024.0**2
+
 
 class CapacityQuerySerializer(serializers.Serializer):
-    add_nodes = serializers.IntegerField(min_value=0, max_value=1000, default=0)
-    disk_gib = serializers.FloatField(min_value=0.001, required=False)
-    memory_budget_gib = serializers.FloatField(min_value=0.001, required=False)
-    remove = serializers.ListField(
-        child=serializers.IntegerField(min_value=1), required=False, default=list
+    add_nodes = serializers.IntegerField(
+        min_value=0, max_value=1000, default=0, help_text="nodes to add (what-if)"
     )
-    replicas = serializers.IntegerField(min_value=1, max_value=100, required=False)
-    window_days = serializers.FloatField(min_value=0.01, max_value=21, default=7.0)
+    disk_gib = serializers.FloatField(
+        min_value=0.001,
+        max_value=MAX_GIB,
+        required=False,
+        help_text="disk of an added node, GiB (default: median)",
+    )
+    memory_budget_gib = serializers.FloatField(
+        min_value=0.001,
+        max_value=MAX_GIB,
+        required=False,
+        help_text="memory budget of an added node, GiB",
+    )
+    remove = serializers.ListField(
+        child=serializers.IntegerField(min_value=1),
+        required=False,
+        default=list,
+        help_text="node id to remove (repeatable)",
+    )
+    replicas = serializers.IntegerField(
+        min_value=1, max_value=100, required=False, help_text="replicas of every namespace"
+    )
+    window_days = serializers.FloatField(
+        min_value=0.01, max_value=21, default=7.0, help_text="history the growth is fitted on"
+    )
 
     def change(self) -> WhatIf | None:
         data = self.validated_data
@@ -42,12 +65,6 @@ class CapacityQuerySerializer(serializers.Serializer):
             remove_node_ids=tuple(data["remove"]),
             replicas=data.get("replicas"),
         )
-
-
-def _query(name: str, kind, description: str, many: bool = False) -> OpenApiParameter:
-    return OpenApiParameter(
-        name, kind, OpenApiParameter.QUERY, required=False, description=description, many=many
-    )
 
 
 class CapacityView(OperatorAPIView):
@@ -65,20 +82,16 @@ class CapacityView(OperatorAPIView):
             "after and the moves it would take. Read-only (docs/capacity.md)."
         ),
         tags=["zoekt admin"],
-        parameters=[
-            _query("add_nodes", OpenApiTypes.INT, "nodes to add (what-if)"),
-            _query("disk_gib", OpenApiTypes.FLOAT, "disk of an added node, GiB (default: median)"),
-            _query("memory_budget_gib", OpenApiTypes.FLOAT, "memory budget of an added node"),
-            _query("remove", OpenApiTypes.INT, "node id to remove (repeatable)", many=True),
-            _query("replicas", OpenApiTypes.INT, "replicas of every namespace (what-if)"),
-            _query("window_days", OpenApiTypes.FLOAT, "history the growth is fitted on (7)"),
-        ],
+        parameters=[CapacityQuerySerializer],
         responses={
             200: OpenApiTypes.OBJECT,
             400: OpenApiResponse(
                 OpenApiTypes.OBJECT, description="A bad parameter: {error, errors: {field}}."
             ),
             401: OpenApiResponse(OpenApiTypes.OBJECT, description="No credentials"),
+            404: OpenApiResponse(
+                OpenApiTypes.OBJECT, description="A node to remove that does not exist: {remove}."
+            ),
             403: OpenApiResponse(OpenApiTypes.OBJECT, description="Not a staff user"),
         },
     )
@@ -92,5 +105,5 @@ class CapacityView(OperatorAPIView):
                 query.change(), window_days=query.validated_data["window_days"]
             )
         except BalanceError as error:
-            raise serializers.ValidationError({"remove": [error.message]}) from error
+            raise NotFound({"remove": [error.message]}) from error
         return Response(report)

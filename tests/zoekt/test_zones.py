@@ -145,7 +145,6 @@ def test_the_api_clears_a_zone(api, now, cleared):
         pytest.param({"zone": "z" * 64}, id="too long"),
         pytest.param({"zone": 7}, id="a number"),
         pytest.param({"zone": ["a"]}, id="a list"),
-        pytest.param({}, id="missing"),
     ],
 )
 def test_a_bad_zone_is_a_400_naming_zone_and_changes_nothing(api, now, body):
@@ -155,6 +154,17 @@ def test_a_bad_zone_is_a_400_naming_zone_and_changes_nothing(api, now, body):
 
     assert_error(response, 400, "zone")
     assert zones() == {node.id: "eu-1a"}
+
+
+def test_a_patch_without_a_zone_changes_nothing(api, now):
+    node = zoned("zoekt-1", "eu-1a")
+
+    response = api.patch(f"/api/v1/nodes/{node.id}", {}, format="json")
+
+    assert response.status_code == 200, response.content
+    assert response.json() == {"id": node.id, "name": node.name, "zone": "eu-1a"}
+    assert zones() == {node.id: "eu-1a"}
+    assert_error(api.patch("/api/v1/nodes/999999", {}, format="json"), 404, "node_id")
 
 
 def test_an_unknown_field_or_node_is_refused(api, now):
