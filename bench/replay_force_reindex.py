@@ -200,10 +200,14 @@ def print_table(results: list[dict]) -> None:
     for r in results:
         pacing = "GitLab's" if r["mode"] == "gitlab" else "admission control"
         eviction = "safeguards" if r["safeguards"] else "legacy"
+        if r["finished"]:
+            finish = f"{clock_text(r['time_to_finish_s'])} | {r['over_bound']:.2f}×"
+        else:
+            left = r["forced_tasks"] - r["forced_done"]
+            finish = f"not within the run ({left} builds left) | -"
         print(
             f"| {pacing} | {eviction} | {100 * r['peak_share']:.1f} % (high {100 * HIGH:.0f} %) | "
-            f"{r['evictions_applied']} | {r['namespaces_evicted']} | "
-            f"{clock_text(r['time_to_finish_s'])} | {r['over_bound']:.2f}× |"
+            f"{r['evictions_applied']} | {r['namespaces_evicted']} | {finish} |"
         )
 
 
@@ -247,11 +251,11 @@ def main(argv: list[str] | None = None) -> None:
         label, mode, safeguards = RUNS[k]
         print(f"run: {label}", file=sys.stderr)
         results.append(run_once(label, mode, safeguards, args))
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2, default=str))
     print_table(results)
     draw(results, args.chart)
     print(f"\nchart: {args.chart}")
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=2, default=str))
 
 
 if __name__ == "__main__":
