@@ -19,8 +19,14 @@ Everything runs as in production, on one machine:
   every ``--tick-seconds`` while the worker's queue is short, sends what beat
   sends: ``zoekt.rollout`` and one ``zoekt.run_scheduled_task`` per scheduled
   task, with the throttles bypassed (beat ticks once a minute; the benchmark
-  compresses time, not work). Initial indexing takes one pending index per
-  node per tick (GitLab's limit), so the tick rate bounds that phase.
+  compresses time, not work).
+
+Both hand-outs run in one invocation, one after the other from an empty
+scratch database (``--modes``, default ``gitlab,admission``: the setting
+``zoekt_indexing_admission``), each in a process of its own, and a table
+compares them at the end. In the ``gitlab`` mode initial indexing takes one
+pending index per node per tick (GitLab's limit), so the tick rate bounds that
+phase; admission control starts pending indices as the nodes' queues drain.
 
 The clock starts at the first enable and stops when every namespace has a
 ready replica (every index ready, every repository ready). It prints the wall
@@ -139,7 +145,7 @@ def worker_argv(concurrency: int, queue: str) -> list[str]:
         "-m",
         "celery",
         "-A",
-        "zoekt",
+        "config",
         "worker",
         "--loglevel",
         "INFO",
@@ -179,8 +185,70 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=3600.0, help="give up after (s)")
     parser.add_argument("--keep", action="store_true", help="keep the scratch database and logs")
     parser.add_argument("--json", type=Path, help="write the results here")
+    parser.add_argument(
+        "--modes",
+        default="gitlab,admission",
+        help="the hand-outs to compare (zoekt_indexing_admission), one run each",
+    )
+    parser.add_argument("--mode", choices=("gitlab", "admission"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.mode is None:
+        return compare(args)
+    return run_mode(args)
 
+
+def compare(args: argparse.Namespace) -> int:
+    """One run per mode, each in its own process, then one table."""
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    runs = {}
+    argv = []
+    for key in (
+        "namespaces",
+        "projects_per_namespace",
+        "nodes",
+        "node_concurrency",
+        "task_delay",
+        "workers",
+        "worker_concurrency",
+        "tick_seconds",
+        "timeout",
+    ):
+        argv += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
+    if args.keep:
+        argv.append("--keep")
+    for mode in modes:
+        with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as out:
+            path = Path(out.name)
+        print(f"=== hand-out {mode} ===", file=sys.stderr)
+        subprocess.run(
+            [sys.executable, __file__, *argv, "--mode", mode, "--json", str(path)],
+            check=True,
+        )
+        runs[mode] = json.loads(path.read_text())
+        path.unlink()
+    print()
+    print(
+        "| hand-out | enable → all ready | all repositories created | all indexed "
+        "| tasks done | tasks/s (wall) | ticks |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for mode, r in runs.items():
+        phases = r["phases_seconds"]
+        print(
+            f"| {mode} | {r['wall_seconds']:.1f} s | {phases.get('repositories_created', 0):.1f} s "
+            f"| {phases.get('indexed', 0):.1f} s | {r['tasks_done']:,} "
+            f"| {r['tasks_per_second']:.0f} | {r['ticks']} |"
+        )
+    if {"gitlab", "admission"} <= runs.keys():
+        ratio = runs["gitlab"]["wall_seconds"] / runs["admission"]["wall_seconds"]
+        print(f"\nenable → all ready, GitLab's rule ÷ admission control: {ratio:.2f}×")
+    if args.json:
+        args.json.write_text(json.dumps(runs, indent=2, default=str))
+    return 0
+
+
+def run_mode(args: argparse.Namespace) -> int:
+    """One run of the lifecycle with the hand-out ``args.mode``."""
     url, name = scratch_database_url(os.environ["DATABASE_URL"], "lifecycle")
     print(f"scratch database {name}", file=sys.stderr)
     recreate_database(url, name)
@@ -218,6 +286,7 @@ def main() -> int:
     row = app_settings.load_row()
     row.zoekt_indexing_enabled = True
     row.zoekt_search_enabled = True
+    row.zoekt_indexing_admission = args.mode
     row.save()
     user = get_user_model().objects.create_user("bench", password=uuid.uuid4().hex, is_staff=True)
     token = Token.objects.create(user=user).key

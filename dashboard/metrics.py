@@ -239,8 +239,9 @@ class FleetCollector:
             ),
             headroom=_gauge(
                 "zoekt_control_node_indexing_headroom_bytes",
-                "Disk left for builds below the low watermark after the builds in flight "
-                "(negative: past it, one build at a time).",
+                "Disk left for builds below the build ceiling (the high watermark less the "
+                "hysteresis band) after the builds in flight (negative: past it, one build "
+                "at a time).",
                 GITLAB_NODE_LABELS,
             ),
         )

@@ -343,7 +343,7 @@ def _move_chosen(
         trigger=decision.trigger,
         critical=bool(decision.total_bytes)
         and decision.used_bytes / decision.total_bytes >= rules.critical,
-        target_ceiling=rules.high - capacity.EVICTION_HYSTERESIS,
+        target_ceiling=capacity.hysteresis_floor(rules.high),
         settings=settings,
         now=now,
     )

@@ -197,7 +197,7 @@ def _target_ceiling() -> float:
     """A target's disk stays under the high watermark less the hysteresis band, as for
     every move (it never starts its own sustain clock)."""
     high = capacity.watermark_limits(app_settings.development_watermarks())[1]
-    return high - capacity.EVICTION_HYSTERESIS
+    return capacity.hysteresis_floor(high)
 
 
 def _movable(node: Node, parked_sources: set[int]):

@@ -202,7 +202,7 @@ def ceiling() -> float:
     """The disk share a target must stay under: the high watermark less the hysteresis
     band, as for the moves eviction starts (a target never starts its own sustain clock)."""
     _low, high, _critical = capacity.watermark_limits(app_settings.development_watermarks())
-    return high - capacity.EVICTION_HYSTERESIS
+    return capacity.hysteresis_floor(high)
 
 
 def _check_index(index: Index) -> None:

@@ -85,7 +85,7 @@ def clock_update(percent: float | None, since: datetime | None, now: datetime):
         return since
     if percent >= high:
         return since or now
-    if percent < high - capacity.EVICTION_HYSTERESIS:
+    if percent < capacity.hysteresis_floor(high):
         return None
     return since
 
@@ -107,7 +107,7 @@ def decide(
     id → (replica id, zone) of each of its indices on a node with a zone; a target
     outside the zones of the index's other replicas is preferred."""
     _low, high, critical = capacity.memory_watermark_limits()
-    band = high - capacity.EVICTION_HYSTERESIS
+    band = capacity.hysteresis_floor(high)
     nodes = list(nodes)
     by_node: dict[int, list[MemoryIndex]] = {}
     for index in indices:

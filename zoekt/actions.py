@@ -146,7 +146,7 @@ def do_record_heartbeat(node_uuid: uuid.UUID, data: dict) -> HeartbeatResult:
         "webserver_seen": webserver_seen,
         "debounce_before": now - timedelta(seconds=capacity.DEBOUNCE_DELAY_SECONDS),
         "high": high,
-        "reset_below": high - capacity.EVICTION_HYSTERESIS,
+        "reset_below": capacity.hysteresis_floor(high),
     }
     with connection.cursor() as cursor:
         cursor.execute(_UPSERT_NODE_SQL, params)

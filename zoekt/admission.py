@@ -13,13 +13,15 @@ a minute. Here each hand-out fills the node's free slots from its pending work:
 * **fair** between namespaces within a priority: round robin, the first task of every
   namespace before the second of any (the database ranks the window, ``rank``);
 * within the node's **disk headroom**: its reported used bytes plus the temporary bytes
-  of the builds it is running plus the new build's stay at or under the low watermark.
-  A node past the low watermark still makes progress one build at a time, and never past
-  the high watermark: with nothing in flight, one build is admitted when its temporary
-  bytes keep the node at or under the high watermark. A build that could not fit even
-  then is held (``exceeds_high_watermark``) and does not block the ones behind it; any
-  other build that does not fit stops the hand-out there (``disk_headroom``): nothing
-  smaller overtakes it, so a large build is not starved by a stream of small ones.
+  of the builds it is running plus the new build's stay at or under the *build ceiling*,
+  the high watermark less the eviction hysteresis band (70 % at GitLab's 75 %), so that
+  temporary data never starts the node's eviction sustain clock. A node past the ceiling
+  still makes progress one build at a time, and never past the high watermark: with
+  nothing in flight, one build is admitted when its temporary bytes keep the node at or
+  under the high watermark. A build that could not fit even then is held
+  (``exceeds_high_watermark``) and does not block the ones behind it; any other build
+  that does not fit stops the hand-out there (``disk_headroom``): nothing smaller
+  overtakes it, so a large build is not starved by a stream of small ones.
 
 Every decision carries its reason as data. ``start_pending_indices`` is the other half:
 how many pending indices each node starts per scheduling pass, by its queue.
@@ -30,6 +32,8 @@ from __future__ import annotations
 import dataclasses
 import enum
 from collections.abc import Iterable, Sequence
+
+from zoekt import capacity
 
 #: The hand-out modes (the setting ``zoekt_indexing_admission``).
 MODE_ADMISSION = "admission"
@@ -73,7 +77,7 @@ class Admit(enum.StrEnum):
 
     IN_FLIGHT = "in_flight"
     DELETE = "delete"
-    WITHIN_LOW_WATERMARK = "within_low_watermark"
+    WITHIN_HEADROOM = "within_headroom"
     ONE_AT_A_TIME = "one_at_a_time"
 
 
@@ -99,6 +103,15 @@ class NodeRoom:
     used_bytes: int
     low_watermark: float
     high_watermark: float
+
+    @property
+    def build_ceiling(self) -> float:
+        """The share of the disk that builds in flight may fill (see the module)."""
+        return max(self.low_watermark, capacity.hysteresis_floor(self.high_watermark))
+
+    def headroom_bytes(self, in_flight_bytes: int) -> int:
+        """What is left for new builds' temporary bytes (negative past the ceiling)."""
+        return int(self.build_ceiling * self.total_bytes - self.used_bytes - in_flight_bytes)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -162,7 +175,7 @@ def admit(candidates: Sequence[Candidate], room: NodeRoom) -> Admission:
             in_flight_bytes += candidate.temporary_bytes
             building = building or candidate.priority != Priority.DELETE
     measured = room.total_bytes > 0
-    low_room = room.low_watermark * room.total_bytes - room.used_bytes - in_flight_bytes
+    room_left = room.headroom_bytes(in_flight_bytes)
     high_room = room.high_watermark * room.total_bytes - room.used_bytes - in_flight_bytes
     blocked = False
     for candidate in ranked:
@@ -180,8 +193,8 @@ def admit(candidates: Sequence[Candidate], room: NodeRoom) -> Admission:
         elif blocked:
             decisions.append(Decision(task_id, False, Hold.BEHIND_HELD_TASK))
             continue
-        elif not measured or candidate.temporary_bytes <= low_room:
-            reason = Admit.WITHIN_LOW_WATERMARK
+        elif not measured or candidate.temporary_bytes <= room_left:
+            reason = Admit.WITHIN_HEADROOM
         elif not building and candidate.temporary_bytes <= high_room:
             reason = Admit.ONE_AT_A_TIME
         elif not building:
@@ -198,7 +211,7 @@ def admit(candidates: Sequence[Candidate], room: NodeRoom) -> Admission:
         free -= 1
         if candidate.priority != Priority.DELETE:
             building = True
-            low_room -= candidate.temporary_bytes
+            room_left -= candidate.temporary_bytes
             high_room -= candidate.temporary_bytes
             in_flight_bytes += candidate.temporary_bytes
     return Admission(tuple(decisions), in_flight_bytes)

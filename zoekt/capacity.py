@@ -54,6 +54,13 @@ class NodeWatermark(enum.StrEnum):
 EVICTION_HYSTERESIS = 0.05
 
 
+def hysteresis_floor(high: float) -> float:
+    """The high watermark less the hysteresis band: a node under it has no sustain clock
+    running, and work the control plane adds to a node (a move's target, the temporary
+    bytes of builds) keeps it under it so that it never starts one."""
+    return high - EVICTION_HYSTERESIS
+
+
 def watermark_limits(development: bool = False) -> tuple[float, float, float]:
     """(low, high, critical) node disk limits."""
     if development:

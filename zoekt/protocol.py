@@ -125,14 +125,11 @@ def hand_out_tasks(
             else {}
         )
         for task in page:
-            if task.task_type != Task.TaskType.DELETE_REPO:
-                repo = repositories.get(task.zoekt_repository_id)
-                if repo is None or repo["project_id"] is None:
-                    orphaned.append(task.id)
-                    continue
-                if repo["state"] not in Repository.INDEXABLE_STATES:
-                    skipped.append(task.id)
-                    continue
+            repo = repositories.get(task.zoekt_repository_id) or {}
+            invalid = _invalid(task.task_type, repo.get("state"), repo.get("project_id"))
+            if invalid is not None:
+                (orphaned if invalid == Task.State.ORPHANED else skipped).append(task.id)
+                continue
             if task.project_identifier in seen_projects:
                 continue
             seen_projects.add(task.project_identifier)
@@ -142,6 +139,19 @@ def hand_out_tasks(
         if len(page) < PAGE_SIZE:
             break
     return _claim(chosen, orphaned, skipped, backlog or 0, now)
+
+
+def _invalid(task_type: int, repository_state: int | None, project_id: int | None) -> int | None:
+    """``orphaned`` for an index task whose repository lost its project (or is gone),
+    ``skipped`` for one whose repository is no longer indexable, else None (a delete is
+    always valid)."""
+    if task_type == Task.TaskType.DELETE_REPO:
+        return None
+    if repository_state is None or project_id is None:
+        return Task.State.ORPHANED
+    if repository_state not in Repository.INDEXABLE_STATES:
+        return Task.State.SKIPPED
+    return None
 
 
 def _claim(
@@ -300,14 +310,11 @@ def hand_out_admitted(
             continue
         (task_id, repository_id, project_identifier, task_type, state, perform_at) = row[:6]
         repository_state, project_id, index_bytes, priority, namespace_id = row[6:11]
+        invalid = _invalid(task_type, repository_state, project_id)
+        if invalid is not None:
+            (orphaned if invalid == Task.State.ORPHANED else skipped).append(task_id)
+            continue
         deleting = task_type == Task.TaskType.DELETE_REPO
-        if not deleting:
-            if repository_state is None or project_id is None:
-                orphaned.append(task_id)
-                continue
-            if repository_state not in Repository.INDEXABLE_STATES:
-                skipped.append(task_id)
-                continue
         tasks[task_id] = Task(
             id=task_id,
             zoekt_node_id=node_id,

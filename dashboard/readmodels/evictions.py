@@ -72,7 +72,7 @@ class EvictionPage:
     @property
     def hysteresis_floor(self) -> float:
         """Under this the sustain clock is cleared (high − ``EVICTION_HYSTERESIS``)."""
-        return self.watermark_limits[1] - capacity.EVICTION_HYSTERESIS
+        return capacity.hysteresis_floor(self.watermark_limits[1])
 
     @property
     def applied_total(self) -> int:

@@ -29,7 +29,16 @@ from dashboard.readmodels.common import (
     seconds_since,
 )
 from dashboard.readmodels.maintenance import ShutdownRow, node_maintenance
-from zoekt import app_settings, capacity, clock, memory, protocol, search_health, search_targets
+from zoekt import (
+    admission,
+    app_settings,
+    capacity,
+    clock,
+    memory,
+    protocol,
+    search_health,
+    search_targets,
+)
 from zoekt.capacity import NodeWatermark
 from zoekt.models import EnabledNamespace, Index, Node, Replica, Repository, Task, natural_key
 from zoekt.protocol import NodeIndexing
@@ -78,8 +87,8 @@ class NodeRow:
     #: The node's live shutdown record (restart, drain), as the Maintenance page shows it.
     shutdown: ShutdownRow | None = None
     #: Its task slots (the concurrency limit), the work in them and its backlog
-    #: (``zoekt.protocol.indexing_figures``), and the disk left for builds up to the low
-    #: watermark after their temporary bytes (docs/scheduling.md, admission control).
+    #: (``zoekt.protocol.indexing_figures``), and the disk left for builds up to the build
+    #: ceiling after their temporary bytes (docs/scheduling.md, admission control).
     slots: int = 0
     indexing: NodeIndexing = dataclasses.field(default_factory=NodeIndexing)
     build_headroom_bytes: int = 0
@@ -121,6 +130,12 @@ class FleetOverview:
     dark_namespaces: dict[str, int] = dataclasses.field(default_factory=dict)
     #: The first few of them (root namespace ids, lowest first), for the page to link.
     dark_examples: tuple[int, ...] = ()
+
+    @property
+    def build_ceiling(self) -> float:
+        """The disk share builds in flight may fill (admission control)."""
+        low, high, _critical = self.watermark_limits
+        return admission.NodeRoom(0, 0, 0, low, high).build_ceiling
 
     @property
     def dark(self) -> int:
@@ -241,11 +256,13 @@ def fleet_overview(
             shutdown=maintenance.get(node.id),
             slots=node.concurrency_limit(settings.cpu_to_tasks_ratio),
             indexing=indexing.get(node.id, idle),
-            build_headroom_bytes=int(
-                development[0] * node.total_bytes
-                - node.used_bytes
-                - indexing.get(node.id, idle).temporary_bytes
-            ),
+            build_headroom_bytes=admission.NodeRoom(
+                slots=0,
+                total_bytes=node.total_bytes,
+                used_bytes=node.used_bytes,
+                low_watermark=development[0],
+                high_watermark=development[1],
+            ).headroom_bytes(indexing.get(node.id, idle).temporary_bytes),
         )
         for node in nodes
     ]

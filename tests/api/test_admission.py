@@ -59,14 +59,15 @@ def test_a_node_reporting_more_concurrency_gets_more_slots(node_api, node, index
 # --- disk headroom ----------------------------------------------------------------------------
 
 
-def test_builds_fill_the_headroom_to_the_low_watermark_and_no_further(node_api, node, index):
-    # 100 GiB at 50 %: 10 GiB to the low watermark (60 %); each build takes 4 GiB beside it.
+def test_builds_fill_the_headroom_to_the_build_ceiling_and_no_further(node_api, node, index):
+    # 100 GiB at 60 %: 10 GiB to the build ceiling (70 %: the high watermark, 75 %, less
+    # the hysteresis band); each build takes 4 GiB beside it.
     tasks = [sized_task(index, 4) for _ in range(4)]
 
-    assert beat(node_api, node, used_gib=50) == [tasks[0].id, tasks[1].id]
+    assert beat(node_api, node, used_gib=60) == [tasks[0].id, tasks[1].id]
     finish(tasks[0])
     # The finished build's temporary bytes are gone; the node reports what it holds now.
-    assert beat(node_api, node, used_gib=51) == [tasks[1].id, tasks[2].id]
+    assert beat(node_api, node, used_gib=61) == [tasks[1].id, tasks[2].id]
 
 
 def test_the_temporary_space_factor_scales_what_a_build_takes(node_api, node, index):
@@ -74,16 +75,16 @@ def test_the_temporary_space_factor_scales_what_a_build_takes(node_api, node, in
     tasks = [sized_task(index, 4) for _ in range(4)]
 
     # 2 GiB a build against 10 GiB of headroom: the four slots fill.
-    assert beat(node_api, node, used_gib=50) == [t.id for t in tasks]
+    assert beat(node_api, node, used_gib=60) == [t.id for t in tasks]
 
 
-def test_past_the_low_watermark_one_build_at_a_time_up_to_the_high(node_api, node, index):
+def test_past_the_build_ceiling_one_build_at_a_time_up_to_the_high(node_api, node, index):
     tasks = [sized_task(index, 4) for _ in range(3)]
 
-    assert beat(node_api, node, used_gib=65) == [tasks[0].id]
-    assert beat(node_api, node, used_gib=69) == [tasks[0].id]
+    assert beat(node_api, node, used_gib=68) == [tasks[0].id]
+    assert beat(node_api, node, used_gib=71) == [tasks[0].id]
     finish(tasks[0])
-    assert beat(node_api, node, used_gib=66) == [tasks[1].id]
+    assert beat(node_api, node, used_gib=69) == [tasks[1].id]
 
 
 def test_a_build_that_would_cross_the_high_watermark_alone_is_held_and_others_pass(
@@ -102,9 +103,9 @@ def test_a_build_that_does_not_fit_yet_is_not_overtaken(node_api, node, index):
     second = sized_task(index, 6)
     behind = sized_task(index, 1)
 
-    # 50 % used: the first takes 6 of the 10 GiB; the second waits, and the small one
+    # 60 % used: the first takes 6 of the 10 GiB; the second waits, and the small one
     # behind it waits too rather than overtake it.
-    assert beat(node_api, node, used_gib=50) == [first.id]
+    assert beat(node_api, node, used_gib=60) == [first.id]
     assert {t.state for t in Task.objects.filter(pk__in=[second.pk, behind.pk])} == {
         Task.State.PENDING
     }

@@ -9,6 +9,7 @@ import pytest
 from django.core.management import call_command
 from django.urls import reverse
 
+from dashboard.templatetags.zoekt_dashboard import bytes_filter as bytes_text
 from tests.api.helpers import make_index_task
 from tests.dashboard.test_metrics import by_node, scrape
 from tests.factories import IndexFactory, NodeFactory
@@ -39,7 +40,7 @@ def test_metrics_give_each_nodes_slots_temporary_bytes_headroom_and_backlog(clie
     assert by_node(metrics["zoekt_control_node_indexing_in_flight"])[node.id] == 2
     assert by_node(metrics["zoekt_control_node_indexing_temporary_bytes"])[node.id] == 4 * GIB
     assert by_node(metrics["zoekt_control_node_indexing_headroom_bytes"])[node.id] == (
-        int(0.60 * node.total_bytes) - node.used_bytes - 4 * GIB
+        int(0.70 * node.total_bytes) - node.used_bytes - 4 * GIB
     )
     backlog = {
         dict(labels)["priority"]: value
@@ -55,6 +56,9 @@ def test_the_fleet_page_shows_the_slots_in_use_and_the_temporary_bytes(admin_cli
     assert '<span class="slots">2 / 4</span>' in html
     assert '<span class="temporary">4.0\u00a0GiB</span>' in html
     assert "3 pending" in html
+    # The headroom is to the build ceiling: the high watermark (75 %) less the band.
+    headroom = int(0.70 * busy_node.total_bytes) - busy_node.used_bytes - 4 * GIB
+    assert f'<span class="quiet headroom">{bytes_text(headroom)} to 70%</span>' in html
 
 
 def test_zoekt_info_gives_the_backlog_by_priority_and_its_drain_time(busy_node, now):

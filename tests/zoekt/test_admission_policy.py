@@ -46,14 +46,35 @@ def test_in_flight_first_then_priority():
 def test_every_decision_carries_its_reason():
     decided = admission.admit(
         [task(1, gib=6), task(2, gib=6), task(3, gib=1), task(4, priority=Priority.DELETE)],
-        room(used_gib=50),
+        room(used_gib=60),
     )
 
     assert decided.reasons() == {
         4: Admit.DELETE,
-        1: Admit.WITHIN_LOW_WATERMARK,
+        1: Admit.WITHIN_HEADROOM,
         2: Hold.DISK_HEADROOM,
         3: Hold.BEHIND_HELD_TASK,
+    }
+
+
+def test_the_build_ceiling_is_the_high_watermark_less_the_hysteresis_band():
+    assert room().build_ceiling == 0.70
+    # Never under the low watermark, however close the two are set.
+    assert NodeRoom(4, GIB, 0, 0.60, 0.62).build_ceiling == 0.60
+
+
+def test_builds_fill_the_room_to_the_ceiling_then_one_at_a_time_to_high():
+    # 64 of 100 GiB: 6 GiB to the 70 % ceiling takes three 2 GiB builds; the fourth waits.
+    decided = admission.admit([task(i, gib=2) for i in range(1, 5)], room(used_gib=64))
+    assert decided.admitted == [1, 2, 3]
+    assert decided.reasons()[4] == Hold.DISK_HEADROOM
+    # At 69 % nothing fits under the ceiling: one build alone, up to the high watermark.
+    decided = admission.admit([task(i, gib=2) for i in range(1, 5)], room(used_gib=69))
+    assert decided.reasons() == {
+        1: Admit.ONE_AT_A_TIME,
+        2: Hold.DISK_HEADROOM,
+        3: Hold.BEHIND_HELD_TASK,
+        4: Hold.BEHIND_HELD_TASK,
     }
 
 
@@ -105,14 +126,15 @@ def test_the_rules_hold_on_any_input(tasks, node):
     assert len(projects) == len(set(projects))
     assert not set(projects) & {c.project_id for c in in_flight}
     # New builds never take the node past the high watermark with their temporary bytes,
-    # and past the low one only as the single build on the node.
+    # and past the build ceiling (high less the hysteresis band) only as the single build
+    # on the node.
     builds = [c for c in new if c.priority != Priority.DELETE]
     flying = sum(c.temporary_bytes for c in in_flight)
     total = node.used_bytes + flying + sum(c.temporary_bytes for c in builds)
     if builds:
         assert total <= node.high_watermark * node.total_bytes
         busy = any(c.priority != Priority.DELETE for c in in_flight)
-        if total > node.low_watermark * node.total_bytes:
+        if total > (node.high_watermark - 0.05) * node.total_bytes:
             assert len(builds) == 1 and not busy
     # Deterministic.
     assert admission.admit(tasks, node) == decided

@@ -648,7 +648,7 @@ def _eviction(
     applied = {f"{t}/{m}": count for (t, m), count in overview.applied.items()}
     affected = {f"{t}/{m}": count for (t, m), count in overview.namespaces_affected.items()}
     skipped = {f"{t}/{r}": count for (t, r), count in overview.skipped.items()}
-    kept_down_to = high - capacity.EVICTION_HYSTERESIS
+    kept_down_to = capacity.hysteresis_floor(high)
     rows: list[tuple[str, Any]] = [
         ("Node-level eviction", "on" if settings.node_level_eviction_enabled else "off"),
         (
