@@ -37,6 +37,7 @@ import math
 import random
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -89,7 +90,21 @@ class Watch:
         self.series.append((r.t, state["namespaces"] - state["namespaces_short"], busiest))
 
 
+def node_bytes(sizes: dict[int, int]) -> dict[str, int]:
+    """The index bytes the placement gave each node (every index, by its projects)."""
+    from zoekt.models import Repository
+
+    placed: dict[str, int] = {}
+    for name, project_id in Repository.objects.values_list(
+        "zoekt_index__zoekt_node__metadata__name", "project_id"
+    ):
+        placed[name] = placed.get(name, 0) + sizes.get(project_id, MIB)
+    return placed
+
+
 def run_once(label: str, mode: str, args) -> dict:
+    from django.db.models import Max
+
     from simulator.replay import Replay, catalog_rows
     from zoekt.models import Task
 
@@ -141,6 +156,14 @@ def run_once(label: str, mode: str, args) -> dict:
         )
         elapsed = replay.t - enabled_t
         tasks = Task.objects.filter(state=Task.State.DONE).count()
+        placed = node_bytes(sizes)
+        enabled_at = replay.start + timedelta(seconds=enabled_t)
+        last_builds = {
+            name: (at - enabled_at).total_seconds()
+            for name, at in Task.objects.filter(state=Task.State.DONE)
+            .values_list("zoekt_node__metadata__name")
+            .annotate(last=Max("updated_at"))
+        }
     return {
         "label": label,
         "mode": mode,
@@ -149,6 +172,9 @@ def run_once(label: str, mode: str, args) -> dict:
         "index_bytes": index_bytes,
         "node_disk_bytes": disk,
         "bound_s": bound,
+        "placement_bound_s": max(placed.values()) / (NODE_CONCURRENCY * rate),
+        "node_index_bytes": placed,
+        "node_last_build_s": last_builds,
         "searchable": done,
         "time_to_searchable_s": elapsed if done else math.nan,
         "over_bound": (elapsed / bound) if done else math.nan,
@@ -169,6 +195,15 @@ def print_table(results: list[dict], args) -> None:
         f"{first['node_disk_bytes'] / GIB:.0f} GiB, {NODE_CONCURRENCY} slots a node at "
         f"{args.rate_mib:g} MiB/s a task; bound {clock_text(first['bound_s'])}."
     )
+    for r in results:
+        placed = r["node_index_bytes"]
+        print(
+            f"{r['label']}: the placement's busiest node holds {max(placed.values()) / GIB:.1f} "
+            f"GiB of index against an even share of {r['index_bytes'] / NODES / GIB:.1f} GiB, so "
+            f"no hand-out can finish before {clock_text(r['placement_bound_s'])} "
+            f"({r['placement_bound_s'] / r['bound_s']:.2f}× the bound); the last build ended at "
+            f"{clock_text(max(r['node_last_build_s'].values()))}."
+        )
     print()
     print(
         "| hand-out | every namespace searchable | over the bound | busiest node at any tick "

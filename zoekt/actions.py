@@ -23,7 +23,17 @@ from django.db import connection, transaction
 from django.db.models import DateTimeField, Exists, F, OuterRef, Q, Value
 from django.db.models.functions import Greatest
 
-from zoekt import admission, app_settings, capacity, clock, hooks, locks, restarts, transitions
+from zoekt import (
+    admission,
+    app_settings,
+    capacity,
+    clock,
+    hooks,
+    locks,
+    memory,
+    restarts,
+    transitions,
+)
 from zoekt.logging import get_logger
 from zoekt.models import HandledTaskFailure, Index, Move, Node, Replica, Repository, Task
 
@@ -224,6 +234,10 @@ def do_heartbeat(node_uuid: uuid.UUID, data: dict) -> HeartbeatReply:
                 used_bytes=data["disk.used"],
                 low_watermark=low,
                 high_watermark=high,
+                memory_critical=settings_now.node_memory_budget_bytes is not None
+                and memory.critical_memory_watermark_exceeded(
+                    result.metadata, settings_now.node_memory_budget_bytes
+                ),
             )
             handed, _decided = protocol.hand_out_admitted(
                 result.node_id,

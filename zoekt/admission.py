@@ -23,6 +23,10 @@ a minute. Here each hand-out fills the node's free slots from its pending work:
   that does not fit stops the hand-out there (``disk_headroom``): nothing smaller
   overtakes it, so a large build is not starved by a stream of small ones.
 
+On a node whose webserver is at or past its critical memory watermark (memory-aware
+planning on), never-indexed repositories are held (``memory_critical``): their shards
+would add to what the webserver must load; rebuilds, lost data and moves go on.
+
 Every decision carries its reason as data. ``start_pending_indices`` is the other half:
 how many pending indices each node starts per scheduling pass, by its queue.
 """
@@ -70,6 +74,7 @@ class Hold(enum.StrEnum):
     EXCEEDS_HIGH_WATERMARK = "exceeds_high_watermark"
     BEHIND_HELD_TASK = "behind_held_task"
     SAME_PROJECT = "same_project"
+    MEMORY_CRITICAL = "memory_critical"
 
 
 class Admit(enum.StrEnum):
@@ -103,6 +108,9 @@ class NodeRoom:
     used_bytes: int
     low_watermark: float
     high_watermark: float
+    #: The node's webserver RSS is at or past the critical memory watermark of its budget
+    #: (only while memory-aware planning is on): its never-indexed repositories wait.
+    memory_critical: bool = False
 
     @property
     def build_ceiling(self) -> float:
@@ -190,6 +198,11 @@ def admit(candidates: Sequence[Candidate], room: NodeRoom) -> Admission:
             continue
         if candidate.priority == Priority.DELETE:
             reason: str = Admit.DELETE
+        elif candidate.priority == Priority.NEVER_INDEXED and room.memory_critical:
+            # New shards would add to a webserver already at its critical memory: the
+            # memory-pressure moves make room first; rebuilds of what it serves go on.
+            decisions.append(Decision(task_id, False, Hold.MEMORY_CRITICAL))
+            continue
         elif blocked:
             decisions.append(Decision(task_id, False, Hold.BEHIND_HELD_TASK))
             continue

@@ -11,7 +11,13 @@ from datetime import timedelta
 
 import pytest
 
-from tests.api.helpers import GIB, heartbeat_body, make_index_task, set_app_setting
+from tests.api.helpers import (
+    GIB,
+    heartbeat_body,
+    make_index_task,
+    process_metrics,
+    set_app_setting,
+)
 from tests.factories import IndexFactory, ProjectFactory
 from zoekt import clock
 from zoekt.models import Index, Move, Repository, Task
@@ -153,6 +159,36 @@ def test_work_is_admitted_in_priority_order(node_api, node, now):
     assert beat(node_api, node, concurrency=2) == [lost_data.id, never_indexed.id]
     finish(lost_data, never_indexed)
     assert beat(node_api, node, concurrency=2) == [update.id]
+
+
+def critical_memory_beat(node_api, node, *, rss_share: float) -> list[int]:
+    """A heartbeat whose webserver uses ``rss_share`` of a 1 GiB budget."""
+    blocks = {"webserver": process_metrics(rss_bytes=int(rss_share * GIB))}
+    response = node_api.heartbeat(node.uuid, heartbeat_body({"process_health": blocks}))
+    assert response.status_code == 200, response.content
+    return [task["payload"]["Callback"]["payload"]["task_id"] for task in response.json()["tasks"]]
+
+
+def test_at_critical_memory_new_repositories_wait_and_rebuilds_go_on(node_api, node, now):
+    set_app_setting(zoekt_node_memory_budget_bytes=GIB)
+    ready = IndexFactory(zoekt_node=node, state=Index.State.READY)
+    rebuild = sized_task(ready, 0.01, task_type=Task.TaskType.FORCE_INDEX_REPO)
+    Repository.objects.filter(pk=rebuild.zoekt_repository_id).update(indexed_at=now)
+    fresh = IndexFactory(zoekt_node=node, state=Index.State.INITIALIZING)
+    never_indexed = sized_task(fresh, 0.01)
+    Task.objects.update(perform_at=clock.now() - timedelta(minutes=5))
+
+    # 90 % of the budget (critical at 85 %): only the rebuild of what the node serves.
+    assert critical_memory_beat(node_api, node, rss_share=0.90) == [rebuild.id]
+    assert Task.objects.get(pk=never_indexed.pk).state == Task.State.PENDING
+    # Under it again, the new repository goes out.
+    assert critical_memory_beat(node_api, node, rss_share=0.50) == [rebuild.id, never_indexed.id]
+
+
+def test_without_a_memory_budget_memory_does_not_hold_work(node_api, node, index):
+    task = sized_task(index, 0.01)
+
+    assert critical_memory_beat(node_api, node, rss_share=50.0) == [task.id]
 
 
 # --- fairness ---------------------------------------------------------------------------------

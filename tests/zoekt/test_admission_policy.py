@@ -78,6 +78,21 @@ def test_builds_fill_the_room_to_the_ceiling_then_one_at_a_time_to_high():
     }
 
 
+def test_at_critical_memory_only_never_indexed_work_waits():
+    tasks = [
+        task(1, priority=Priority.NEVER_INDEXED),
+        task(2, priority=Priority.UPDATE),
+        task(3, priority=Priority.MOVE),
+    ]
+    node = NodeRoom(4, 100 * GIB, 10 * GIB, 0.60, 0.75, memory_critical=True)
+
+    assert admission.admit(tasks, node).reasons() == {
+        3: Admit.WITHIN_HEADROOM,
+        1: Hold.MEMORY_CRITICAL,
+        2: Admit.WITHIN_HEADROOM,
+    }
+
+
 def test_a_node_without_a_reported_disk_is_paced_by_its_slots_alone():
     decided = admission.admit([task(i, gib=500) for i in range(6)], room(total_gib=0))
 
