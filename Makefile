@@ -71,7 +71,7 @@ faults: install
 	$(BIN)/python bench/faults.py outage --service redis --seconds 120
 	$(BIN)/python bench/faults.py load
 
-# The replays (about 55 minutes together): tables on stdout, charts in docs/replays/.
+# The replays (about 80 minutes together): tables on stdout, charts in docs/replays/.
 replays: install
 	$(BIN)/python -m config.devservers exec -- $(BIN)/python bench/replay_hot_namespace.py
 	$(BIN)/python -m config.devservers exec -- $(BIN)/python bench/replay_lost_node.py
@@ -81,6 +81,7 @@ replays: install
 	$(BIN)/python -m config.devservers exec -- $(BIN)/python bench/replay_drain.py
 	$(BIN)/python -m config.devservers exec -- $(BIN)/python bench/replay_rebalance.py
 	$(BIN)/python -m config.devservers exec -- $(BIN)/python bench/replay_initial_indexing.py
+	$(BIN)/python -m config.devservers exec -- $(BIN)/python bench/replay_force_reindex.py
 
 lint: install
 	$(BIN)/ruff check .

@@ -22,6 +22,11 @@ Two runs from an empty database, one table:
   round robin between namespaces, within its disk headroom, and pending indices started
   as fast as its queue drains (docs/scheduling.md).
 
+The clock ticks 5 simulated seconds, and every node heartbeats once a tick: GitLab's
+default task pull frequency. A slot freed by a build's end stays idle until the node's next
+heartbeat; a real node with a full backlog pulls every 500 ms, which the replay does not
+model, so the idle time it shows is an upper bound.
+
 The physical bound is every index byte over what the fleet can build at once: Σ index
 bytes ÷ (nodes × slots × rate). The table gives the time from enable to every namespace
 searchable against it, and the highest disk share any node reported at any tick against
@@ -158,10 +163,11 @@ def run_once(label: str, mode: str, args) -> dict:
         tasks = Task.objects.filter(state=Task.State.DONE).count()
         placed = node_bytes(sizes)
         enabled_at = replay.start + timedelta(seconds=enabled_t)
+        names = {node_id: name for name, node_id in replay.node_ids().items()}
         last_builds = {
-            name: (at - enabled_at).total_seconds()
-            for name, at in Task.objects.filter(state=Task.State.DONE)
-            .values_list("zoekt_node__metadata__name")
+            names.get(node_id, str(node_id)): (at - enabled_at).total_seconds()
+            for node_id, at in Task.objects.filter(state=Task.State.DONE)
+            .values_list("zoekt_node_id")
             .annotate(last=Max("updated_at"))
         }
     return {
@@ -257,7 +263,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--groups", type=int, default=1000)
     parser.add_argument("--rate-mib", type=float, default=0.5)
-    parser.add_argument("--tick", type=float, default=10.0)
+    parser.add_argument(
+        "--tick", type=float, default=5.0, help="simulated seconds a tick (a node heartbeats once)"
+    )
     parser.add_argument("--give-up-hours", type=float, default=12.0)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--modes", default="gitlab,admission")

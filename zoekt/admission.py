@@ -11,7 +11,8 @@ a minute. Here each hand-out fills the node's free slots from its pending work:
   move or drain, then the re-indexing of data a node lost, then never-indexed
   repositories, then forced re-indexing and updates of what already serves;
 * **fair** between namespaces within a priority: round robin, the first task of every
-  namespace before the second of any (the database ranks the window, ``rank``);
+  namespace before the second of any, and a namespace's largest builds first (the
+  database ranks the window, ``rank``);
 * within the node's **disk headroom**: its reported used bytes plus the temporary bytes
   of the builds it is running plus the new build's stay at or under the *build ceiling*,
   the high watermark less the eviction hysteresis band (70 % at GitLab's 75 %), so that
@@ -145,20 +146,28 @@ class Admission:
 
 
 def rank(candidates: Iterable[Candidate]) -> list[Candidate]:
-    """In flight first, then by priority, round robin between namespaces, stable otherwise.
+    """In flight first, then by priority, round robin between namespaces.
 
-    The input is in the order the tasks were queued (``perform_at``, id); the n-th task of
-    a namespace within a priority comes after the (n-1)-th task of every other namespace.
+    The input is in the order the tasks were queued (``perform_at``, id). Within a
+    priority, the n-th task of a namespace comes after the (n-1)-th task of every other
+    namespace; a namespace's own tasks go largest first (the longest builds start first, so
+    a namespace's last build does not start late: the longest-processing-time rule), in
+    queue order between equals.
     """
-    seen: dict[tuple[Priority, int], int] = {}
-    keyed = []
+    candidates = list(candidates)
+    groups: dict[tuple[Priority, int], list[int]] = {}
     for position, candidate in enumerate(candidates):
-        key = (candidate.priority, candidate.namespace_id)
-        turn = seen.get(key, 0)
-        seen[key] = turn + 1
-        keyed.append(((not candidate.in_flight, candidate.priority, turn, position), candidate))
-    keyed.sort(key=lambda pair: pair[0])
-    return [candidate for _, candidate in keyed]
+        groups.setdefault((candidate.priority, candidate.namespace_id), []).append(position)
+    turns: dict[int, int] = {}
+    for positions in groups.values():
+        positions.sort(key=lambda p: (-candidates[p].temporary_bytes, p))
+        for turn, position in enumerate(positions):
+            turns[position] = turn
+    order = sorted(
+        range(len(candidates)),
+        key=lambda p: (not candidates[p].in_flight, candidates[p].priority, turns[p], p),
+    )
+    return [candidates[p] for p in order]
 
 
 def admit(candidates: Sequence[Candidate], room: NodeRoom) -> Admission:

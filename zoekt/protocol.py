@@ -213,7 +213,7 @@ FROM (
 ) b
 LEFT JOIN LATERAL (
     SELECT ranked.*, row_number() OVER (
-        PARTITION BY priority, namespace_id ORDER BY perform_at, id
+        PARTITION BY priority, namespace_id ORDER BY index_bytes DESC, perform_at, id
     ) AS turn
     FROM (
         SELECT t.id, t.zoekt_repository_id, t.project_identifier, t.task_type, t.state,

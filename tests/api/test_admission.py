@@ -218,6 +218,16 @@ def test_a_namespace_with_many_projects_does_not_starve_a_small_one(node_api, no
     ]
 
 
+def test_a_namespaces_largest_repository_is_built_first(node_api, node, index):
+    small, large, middle = (sized_task(index, gib) for gib in (0.1, 0.5, 0.3))
+
+    assert beat(node_api, node, concurrency=1) == [large.id]
+    finish(large)
+    assert beat(node_api, node, concurrency=1) == [middle.id]
+    finish(middle)
+    assert beat(node_api, node, concurrency=1) == [small.id]
+
+
 def test_gitlabs_mode_hands_out_the_oldest_tasks_first(node_api, node, now):
     set_app_setting(zoekt_indexing_admission="gitlab")
     big_tasks, _small = big_and_small(node, now)

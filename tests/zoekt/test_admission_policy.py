@@ -32,6 +32,20 @@ def test_round_robin_between_namespaces_within_a_priority():
     assert [c.task_id for c in admission.rank(tasks)] == [1, 10, 2, 3, 4]
 
 
+def test_a_namespaces_largest_builds_go_first_and_its_turns_stay_fair():
+    tasks = [
+        task(1, namespace=1, gib=1),
+        task(2, namespace=1, gib=8),
+        task(3, namespace=2, gib=2),
+        task(4, namespace=1, gib=1),
+        task(5, namespace=2, gib=5),
+    ]
+
+    # Namespace 1's 8 GiB, then namespace 2's 5 GiB (first turns, in queue order between
+    # namespaces), then each namespace's next largest; equal sizes keep queue order.
+    assert [c.task_id for c in admission.rank(tasks)] == [2, 5, 1, 3, 4]
+
+
 def test_in_flight_first_then_priority():
     tasks = [
         task(1, priority=Priority.UPDATE),
