@@ -532,9 +532,16 @@ class Drain(Incident):
         return shutdowns.describe(self.record)
 
     def check(self, results: dict[str, Any]) -> tuple[bool, str]:
+        from zoekt.models import Move
+
         described = self.describe()
         drain = described["drain"] or {}
-        over = described["status"] in ("complete", "stalled", "cancelled")
+        # Stalled (an index no node can take) is over once its other moves are: the index
+        # keeps serving where it is.
+        live = any(move.state in Move.LIVE for move in self.moves())
+        over = described["status"] in ("complete", "cancelled") or (
+            described["status"] == "stalled" and not live
+        )
         return over, (
             f"{self.node.name} drain {described['status']}: {drain.get('indices_left')} indices "
             f"left, moves {drain.get('moves_in_flight')} in flight, {drain.get('moves_done')} done"
@@ -562,15 +569,22 @@ class Drain(Incident):
         from zoekt.audit import Actor
 
         lines = super().finish()
-        if self.record is not None and self.describe()["status"] in ("complete", "stalled"):
-            shutdowns.do_cancel_node_shutdown(
-                self.node.pk,
-                cancelled_by="zoekt_demo_incident",
-                actor=Actor.command("zoekt_demo_incident"),
-            )
-            lines.append(
-                f"{self.node.name}: returned to service (zoekt_node cancel {self.node.name})"
-            )
+        if self.record is None:
+            return lines
+        status = self.describe()["status"]
+        if status == "cancelled":
+            return lines
+        shutdowns.do_cancel_node_shutdown(
+            self.node.pk,
+            cancelled_by="zoekt_demo_incident",
+            actor=Actor.command("zoekt_demo_incident"),
+        )
+        done = (
+            "returned to service"
+            if status == "complete"
+            else "drain cancelled (what it moved stays moved; its moves in flight wound down)"
+        )
+        lines.append(f"{self.node.name}: {done} (zoekt_node cancel {self.node.name})")
         return lines
 
 
@@ -585,7 +599,11 @@ def make_incident(
             return (-(rss or 0) / (budget or 1), node.id)
 
         return Hot(pick_node(node_ref, hottest), state_dir, namespace_id)
-    fewest = lambda node: (index_count(node), node.id)  # noqa: E731 - the quickest to empty
+
+    def fewest(node):  # the quickest to empty, among the nodes holding something
+        count = index_count(node)
+        return (count == 0, count, node.id)
+
     if name == "spike":
         return Spike(pick_node(node_ref, fewest), state_dir)
     if name == "overfill":
