@@ -298,16 +298,22 @@ def cmd_run(
     """Migrate, collect static files, make an admin, run ``extra_steps``, then honcho.
 
     With ``terminal`` (process types), only those print on the terminal; the
-    others write to ``var/log/<type>.log`` (``config.procrun``).
+    others write to ``var/log/<type>.log`` (``config.procrun``), and the steps
+    before them log at WARNING unless ``LOG_LEVEL`` says otherwise (their own
+    output stays: the admin's password, the seed's summary; their INFO log lines,
+    one audit record per namespace the seed enables, would push them away).
     """
     python = sys.executable
+    step_env = env
+    if terminal is not None:
+        step_env = {**env, "LOG_LEVEL": env.get("LOG_LEVEL") or "WARNING"}
     for step in (
         [python, "manage.py", "migrate", "--no-input"],
         [python, "manage.py", "collectstatic", "--no-input", "-v", "0"],
         [python, "manage.py", "zoekt_bootstrap_admin"],
         *extra_steps,
     ):
-        code = run_child(step, env)
+        code = run_child(step, step_env)
         if code != 0:
             return code
     say(f"{url} (Ctrl-C stops everything)")
