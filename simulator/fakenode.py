@@ -237,15 +237,22 @@ class NodeOverride:
         rss = raw.get("extra_rss_bytes", {})
         if not isinstance(rss, dict):
             raise ValueError("extra_rss_bytes must map namespace ids to bytes")
-        parsed: dict[int, int] = {}
-        for key, value in rss.items():
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ValueError(f"extra_rss_bytes[{key!r}] must be a whole number >= 0")
-            try:
-                parsed[int(key)] = value
-            except ValueError:
-                raise ValueError(f"extra_rss_bytes: {key!r} is not a namespace id") from None
+        parsed = byte_counts(rss, "extra_rss_bytes", "namespace")
         return cls(extra, None if until is None else float(until), parsed, str(raw.get("note", "")))
+
+
+def byte_counts(raw: dict, label: str, noun: str) -> dict[int, int]:
+    """A JSON object ``{"<id>": bytes}`` as ``{id: bytes}``; raises ``ValueError`` naming
+    the entry that is not a whole number >= 0, or the key that is not an id."""
+    parsed: dict[int, int] = {}
+    for key, value in raw.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ValueError(f"{label}[{key!r}] must be a whole number >= 0")
+        try:
+            parsed[int(key)] = value
+        except ValueError:
+            raise ValueError(f"{label}: {key!r} is not a {noun} id") from None
+    return parsed
 
 
 def override_path(state_dir: str | Path, name: str) -> Path:
@@ -1357,14 +1364,7 @@ def load_index_sizes(path: str | Path) -> Callable[[int], int]:
         raise ValueError(f"cannot read index sizes from {path}: {exc}") from None
     if not isinstance(raw, dict):
         raise ValueError(f"{path} must hold a JSON object of repo id -> bytes")
-    sizes: dict[int, int] = {}
-    for key, value in raw.items():
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise ValueError(f"{path}: the size of repo {key!r} must be a whole number >= 0")
-        try:
-            sizes[int(key)] = value
-        except ValueError:
-            raise ValueError(f"{path}: {key!r} is not a repo id") from None
+    sizes = byte_counts(raw, str(path), "repo")
 
     def index_size(repo_id: int) -> int:
         size = sizes.get(repo_id)
