@@ -57,6 +57,8 @@ SUSTAIN = "1m"
 SUSTAIN_SECONDS = 60
 #: A hot namespace that no node can take gives up after this long past the sustain.
 HOT_NO_TARGET_GRACE_SECONDS = 60
+#: How long the hot incident waits, at its end, for its node to report its memory back.
+SETTLE_SECONDS = 15
 
 
 class IncidentError(Exception):
@@ -491,6 +493,23 @@ class Hot(Incident):
         )
         return done or stuck, text
 
+    def finish(self) -> list[str]:
+        lines = super().finish()
+        # Wait for the node's next heartbeats to report its memory without the growth, so
+        # the next incident (which may calibrate from the RSS reported) sees the real figure.
+        deadline = time.time() + SETTLE_SECONDS
+        while True:
+            rss, budget = node_rss(self.fresh())
+            if rss is None or not budget or rss < budget * HOT_PERCENT * 0.95:
+                break
+            if time.time() >= deadline:
+                lines.append(f"{self.node.name} still reports {rss / budget:.0%} of its budget")
+                return lines
+            time.sleep(1.0)
+        if rss is not None and budget:
+            lines.append(f"{self.node.name} reports {rss / budget:.0%} of its memory budget again")
+        return lines
+
     def summary(self) -> list[str]:
         moves = self.moves()
         if not moves:
@@ -606,8 +625,8 @@ def make_incident(
 
     if name == "spike":
         return Spike(pick_node(node_ref, fewest), state_dir)
-    if name == "overfill":
-        return Overfill(pick_node(node_ref, fewest), state_dir)
+    if name == "overfill":  # the most to move: the node holding the most indices
+        return Overfill(pick_node(node_ref, lambda node: (-index_count(node), node.id)), state_dir)
     if name == "drain":
         return Drain(pick_node(node_ref, fewest), state_dir)
     raise IncidentError(f"unknown incident {name!r}: one of {', '.join(INCIDENTS)}")

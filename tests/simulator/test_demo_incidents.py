@@ -174,9 +174,11 @@ def test_a_spike_fills_the_picked_node_for_a_while_then_everything_is_put_back(t
 @pytest.mark.django_db
 def test_an_overfill_is_over_once_its_decision_moved_everything_it_chose(tmp_path, now):
     node = NodeFactory(total_bytes=25 * GIB, used_bytes=5 * GIB, metadata={"name": "zoekt-f"})
-    IndexFactory(zoekt_node=node, state=Index.State.READY)
-    incident = make_incident("overfill", tmp_path, node_ref="zoekt-f")
+    IndexFactory.create_batch(2, zoekt_node=node, state=Index.State.READY)
+    IndexFactory(zoekt_node=NodeFactory(metadata={"name": "zoekt-g"}), state=Index.State.READY)
+    incident = make_incident("overfill", tmp_path)
     assert isinstance(incident, Overfill)
+    assert incident.node == node  # the most indices: the most to move
     incident.begin()
     written = NodeOverride.from_json(json.loads((tmp_path / "zoekt-f.override.json").read_text()))
     assert (written.extra_disk_bytes, written.until) == (int(0.78 * 25 * GIB) - 5 * GIB, None)
