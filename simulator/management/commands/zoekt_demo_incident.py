@@ -94,7 +94,11 @@ class Command(BaseCommand):
         over = False
         while not over and not stop.is_set():
             close_old_connections()
-            results = run_incident_pass()
+            try:
+                results = run_incident_pass()
+            except Exception as exc:  # one failed pass must not end it: the next retries
+                self._say(f"pass failed: {exc.__class__.__name__}: {exc}")
+                results = {}
             dark = dark_namespaces()
             ever_dark |= dark
             over, line = incident.check(results)
