@@ -432,10 +432,9 @@ class Hot(Incident):
             raise IncidentError(f"{self.node.name} reports no webserver RSS or memory budget")
         indices = Index.objects.filter(zoekt_node=self.node, state=Index.State.READY)
         if self.namespace_id is None:
-            biggest = indices.order_by("-used_storage_bytes", "id").first()
-            if biggest is None:
-                raise IncidentError(f"{self.node.name} holds no ready index")
-            self.namespace_id = biggest.zoekt_enabled_namespace.root_namespace_id
+            self.namespace_id = hottest_candidate(indices)
+            if self.namespace_id is None:
+                raise IncidentError(f"{self.node.name} holds no ready index that may move")
         elif not indices.filter(zoekt_enabled_namespace__root_namespace_id=self.namespace_id):
             raise IncidentError(f"{self.node.name} holds no ready index of {self.namespace_id}")
         self.extra = fill_bytes(rss, budget, HOT_PERCENT)
@@ -520,6 +519,30 @@ class Hot(Incident):
             ]
         head = f"over: {len(moves)} memory-pressure move(s) off {self.node.name}:"
         return [head, *move_lines(moves)]
+
+
+def hottest_candidate(indices) -> int | None:
+    """The root namespace the memory-pressure rule would move first off these indices: the
+    largest estimate (repository bytes), leaving out a namespace moving now or moved in the
+    last 24 hours (``eviction.memory_policy``), so the namespace that grows is the one moved."""
+    from datetime import timedelta
+
+    from django.db.models import Q
+
+    from eviction.memory_policy import MOVED_RECENTLY_SECONDS
+    from zoekt import memory
+    from zoekt.models import Move
+
+    since = clock_now() - timedelta(seconds=MOVED_RECENTLY_SECONDS)
+    recently = Move.objects.filter(Q(state__in=Move.LIVE) | Q(done_at__gte=since))
+    rows = list(
+        indices.exclude(
+            zoekt_enabled_namespace_id__in=recently.values("zoekt_enabled_namespace_id")
+        ).values_list("id", "zoekt_enabled_namespace__root_namespace_id")
+    )
+    sizes = memory.repository_bytes_by_index([index_id for index_id, _ in rows])
+    ranked = sorted(rows, key=lambda row: (-sizes.get(row[0], 0), row[0]))
+    return ranked[0][1] if ranked else None
 
 
 class Drain(Incident):

@@ -20,7 +20,7 @@ from simulator.demoincidents import (
 )
 from simulator.fakenode import NodeOverride, override_path, write_override
 from simulator.models import NamespaceMemoryModel
-from tests.factories import IndexFactory, NodeFactory
+from tests.factories import IndexFactory, NodeFactory, ProjectFactory
 from tests.simulator.fakenode_stub import index_task, reply
 from zoekt import app_settings
 from zoekt.models import Index, NodeShutdown
@@ -216,8 +216,12 @@ def test_a_hot_namespace_grows_on_the_busiest_node_over_the_ramp(tmp_path, monke
 
     cool = NodeFactory(metadata={"name": "zoekt-c", **health(GIB // 2)})
     hot = NodeFactory(metadata={"name": "zoekt-h", **health(GIB)})
-    small = IndexFactory(zoekt_node=hot, state=Index.State.READY, used_storage_bytes=10)
-    big = IndexFactory(zoekt_node=hot, state=Index.State.READY, used_storage_bytes=10**9)
+    # The memory-pressure rule ranks by estimate (repository bytes), not by index bytes:
+    # the namespace that grows is the one it would move first.
+    small = IndexFactory(zoekt_node=hot, state=Index.State.READY, used_storage_bytes=10**9)
+    big = IndexFactory(zoekt_node=hot, state=Index.State.READY, used_storage_bytes=10)
+    for index, size in ((small, 2**20), (big, 2 * GIB)):
+        ProjectFactory(namespace=index.zoekt_enabled_namespace.root_namespace, repository_size=size)
     IndexFactory(zoekt_node=cool, state=Index.State.READY, used_storage_bytes=10**10)
     incident = make_incident("hot", tmp_path)
     assert incident.node == hot  # the highest share of its memory budget
