@@ -250,3 +250,43 @@ def test_a_hot_namespace_grows_on_the_busiest_node_over_the_ramp(tmp_path, monke
     incident.finish()
     assert not (tmp_path / "zoekt-h.override.json").exists()
     assert not app_settings.current().memory_pressure_moves
+
+
+# --- end to end: the override file read by fake nodes, the real jobs on a simulated clock ------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_overfill_through_the_override_file_moves_the_node_off_without_a_dark_tick():
+    from simulator.replay import catalog_rows
+    from tests.simulator.test_replay import HOT, make_replay
+    from zoekt.models import Move, Node
+
+    with make_replay(tick_seconds=30.0) as replay:
+        roots, projects = replay.catalog
+        replay.settings(zoekt_indexing_enabled=True, zoekt_search_enabled=True)
+        replay.load_catalog(*catalog_rows(roots, projects))
+        for name in ("zoekt-a", "zoekt-b", "zoekt-c"):
+            replay.add_node(name, disk_total_bytes=10 * GIB, disk_base_used_bytes=GIB)
+        replay.enable(list(roots))
+        assert replay.run(3600, until=lambda r: r.converged())
+        source = Node.objects.get(pk=Index.objects.get(namespace_id=HOT).zoekt_node_id)
+        leaving = set(
+            Index.objects.filter(zoekt_node=source).values_list("namespace_id", flat=True)
+        )
+
+        incident = make_incident("overfill", replay._state_dir, node_ref=source.name)
+        incident.begin()
+        assert replay.run(3600, until=lambda r: incident.check({})[0])
+        created = Move.objects.order_by("created_at").first().created_at
+        first_move = (created - replay.start).total_seconds()  # replay time
+        incident.finish()
+
+    moves = list(Move.objects.all())
+    assert {m.namespace_id for m in moves} == leaving
+    assert all(m.state == Move.State.DONE and m.target_node_id != source.id for m in moves)
+    # Swapped: what is left on the node is evicted, waiting for its deletion.
+    assert not Index.objects.filter(zoekt_node=source, state=Index.State.READY).exists()
+    # From the decision to the last swap, no search found no target.
+    after = [s for s in replay.samples if s.t >= first_move and s.searches]
+    assert after and not any(s.dark for s in after)
+    assert not app_settings.current().node_level_eviction_enabled
