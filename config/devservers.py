@@ -293,38 +293,71 @@ def cmd_run(
     procfile: Path = ROOT / "Procfile",
     extra_steps: tuple[list[str], ...] = (),
     url: str = "admin at http://127.0.0.1:8000/admin/",
+    terminal: tuple[str, ...] | None = None,
 ) -> int:
-    """Migrate, collect static files, make an admin, run ``extra_steps``, then honcho."""
+    """Migrate, collect static files, make an admin, run ``extra_steps``, then honcho.
+
+    With ``terminal`` (process types), only those print on the terminal; the
+    others write to ``var/log/<type>.log`` (``config.procrun``), and the steps
+    before them log at WARNING unless ``LOG_LEVEL`` says otherwise (their own
+    output stays: the admin's password, the seed's summary; their INFO log lines,
+    one audit record per namespace the seed enables, would push them away).
+    """
     python = sys.executable
+    step_env = env
+    if terminal is not None:
+        step_env = {**env, "LOG_LEVEL": env.get("LOG_LEVEL") or "WARNING"}
     for step in (
         [python, "manage.py", "migrate", "--no-input"],
         [python, "manage.py", "collectstatic", "--no-input", "-v", "0"],
         [python, "manage.py", "zoekt_bootstrap_admin"],
         *extra_steps,
     ):
-        code = run_child(step, env)
+        code = run_child(step, step_env)
         if code != 0:
             return code
     say(f"{url} (Ctrl-C stops everything)")
     # The Procfile names gunicorn and celery: find them next to this interpreter.
     env = {**env, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"}
-    code = run_child([_bin("honcho"), "start", "-f", str(procfile)], env)
+    if terminal is None:
+        command = [_bin("honcho"), "start", "-f", str(procfile)]
+    else:
+        logs = LOG_DIR
+        say(
+            f"logs in {_shown(logs)}/: the lines of {', '.join(terminal)} stay here, "
+            f"the others' go to {_shown(logs)}/<process>.log (tail -f {_shown(logs)}/web.log)"
+        )
+        command = [sys.executable, "-m", "config.procrun", str(procfile), "--log-dir", str(logs)]
+        command += ["--terminal", ",".join(terminal)]
+    code = run_child(command, env)
     # Ctrl-C is how `make run` is meant to end: a clean stop, not an error.
     return 0 if INTERRUPTED["flag"] else code
 
 
 # Written by the seed, read by the fake nodes of Procfile.demo (relative to ROOT).
 DEMO_INDEX_SIZES = "var/demo_index_sizes.json"
+# The demo's processes whose lines stay on the terminal; the others log to LOG_DIR.
+DEMO_TERMINAL = ("drive", "traffic")
+LOG_DIR = VAR / "log"
+
+
+def _shown(path: Path) -> str:
+    """``path`` relative to the checkout when it is inside it (``var/log``)."""
+    with contextlib.suppress(ValueError):
+        return str(path.relative_to(ROOT))
+    return str(path)
 
 
 def cmd_demo(env: dict[str, str]) -> int:
-    """``make run`` plus demo data, five fake nodes and the demo driver (``Procfile.demo``)."""
+    """``make run`` plus demo data, five fake nodes and the demo driver (``Procfile.demo``);
+    only the driver and the traffic generator print on the terminal."""
     seed = [sys.executable, "manage.py", "zoekt_demo_seed", "--no-rollout"]
     return cmd_run(
         env,
         procfile=ROOT / "Procfile.demo",
         extra_steps=([*seed, "--index-sizes-file", DEMO_INDEX_SIZES],),
         url="dashboard at http://127.0.0.1:8000/admin/dashboard/",
+        terminal=DEMO_TERMINAL,
     )
 
 

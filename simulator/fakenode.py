@@ -40,6 +40,15 @@ successful index tasks wrote since it started. Two optional hooks of
 spikes) and ``namespace_memory`` (a ``NamespaceMemoryModel``: RSS from shards
 loaded and the hotness of the namespaces held).
 
+An operator (``manage.py zoekt_demo_incident``) can change what a running
+node reports without restarting it: ``<state_dir>/<name>.override.json``, a
+``NodeOverride``, is read again on every heartbeat when it changed. It adds
+other files to the disk (``extra_disk_bytes``, until a wall-clock time when
+``until`` is set: a transient spike clears by itself) and resident memory to
+namespaces the node holds (``extra_rss_bytes``, by root namespace id: it
+leaves with the namespace). No file, or one that does not parse, changes
+nothing.
+
 Tasks are instant by default. With ``indexing_bytes_per_second`` set, the
 deterministic ``step()`` mode gives them time on the node's clock (a replay's
 simulated one): an index task takes its index bytes ÷ that rate, a delete a
@@ -177,6 +186,90 @@ class MemoryModel:
     indexer_rss_per_running_task_bytes: int = 50 * MIB
     indexer_mmap_base: int = 200
     memory_limit_bytes: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeOverride:
+    """What an operator adds to a running node's report: ``<name>.override.json``.
+
+    ``extra_disk_bytes`` are other files on the node's disk (a temporary clone,
+    a log that grew), counted in ``disk.used`` until the wall-clock time
+    ``until`` (seconds since the epoch; None: until the file changes).
+    ``extra_rss_bytes`` maps a root namespace id to resident bytes the
+    webserver holds for it besides the memory model's, counted only while the
+    node holds an index of that namespace. ``note`` says who wrote it and why.
+    """
+
+    extra_disk_bytes: int = 0
+    until: float | None = None
+    extra_rss_bytes: dict[int, int] = dataclasses.field(default_factory=dict)
+    note: str = ""
+
+    def disk_bytes(self, now: float) -> int:
+        """The extra disk bytes at wall-clock time ``now`` (0 once ``until`` passed)."""
+        if self.until is not None and now >= self.until:
+            return 0
+        return self.extra_disk_bytes
+
+    def rss_bytes(self, held_namespaces) -> int:
+        """The extra resident bytes of the namespaces in ``held_namespaces``."""
+        return sum(size for ns, size in self.extra_rss_bytes.items() if ns in held_namespaces)
+
+    def to_json(self) -> dict:
+        return {
+            "extra_disk_bytes": self.extra_disk_bytes,
+            "until": self.until,
+            "extra_rss_bytes": {str(ns): size for ns, size in self.extra_rss_bytes.items()},
+            "note": self.note,
+        }
+
+    @classmethod
+    def from_json(cls, raw: Any) -> NodeOverride:
+        """Parse the file's object; raises ``ValueError`` naming the field that is wrong."""
+        if not isinstance(raw, dict):
+            raise ValueError("an override file holds a JSON object")
+        extra = raw.get("extra_disk_bytes", 0)
+        if not isinstance(extra, int) or isinstance(extra, bool) or extra < 0:
+            raise ValueError("extra_disk_bytes must be a whole number >= 0")
+        until = raw.get("until")
+        if until is not None and (not isinstance(until, int | float) or isinstance(until, bool)):
+            raise ValueError("until must be seconds since the epoch, or null")
+        rss = raw.get("extra_rss_bytes", {})
+        if not isinstance(rss, dict):
+            raise ValueError("extra_rss_bytes must map namespace ids to bytes")
+        parsed = byte_counts(rss, "extra_rss_bytes", "namespace")
+        return cls(extra, None if until is None else float(until), parsed, str(raw.get("note", "")))
+
+
+def byte_counts(raw: dict, label: str, noun: str) -> dict[int, int]:
+    """A JSON object ``{"<id>": bytes}`` as ``{id: bytes}``; raises ``ValueError`` naming
+    the entry that is not a whole number >= 0, or the key that is not an id."""
+    parsed: dict[int, int] = {}
+    for key, value in raw.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ValueError(f"{label}[{key!r}] must be a whole number >= 0")
+        try:
+            parsed[int(key)] = value
+        except ValueError:
+            raise ValueError(f"{label}: {key!r} is not a {noun} id") from None
+    return parsed
+
+
+def override_path(state_dir: str | Path, name: str) -> Path:
+    """Where node ``name`` of ``state_dir`` reads its ``NodeOverride``."""
+    return Path(state_dir) / f"{name}.override.json"
+
+
+def write_override(path: str | Path, override: NodeOverride | None) -> None:
+    """Write (atomically) or, with None, remove a node's override file."""
+    path = Path(path)
+    if override is None:
+        path.unlink(missing_ok=True)
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    scratch = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    scratch.write_text(json.dumps(override.to_json(), indent=2) + "\n")
+    os.replace(scratch, path)
 
 
 @dataclasses.dataclass
@@ -479,6 +572,9 @@ class FakeNode:
         # Bytes of index this process built (index tasks that succeeded), for the replays.
         self.index_bytes_built = 0
         self.extra_used_bytes = 0  # other files on the disk; tests raise it to fill the disk
+        # The operator's override file, as last read, and the mtime it was read at.
+        self.override = NodeOverride()
+        self._override_stamp: tuple[int, int] | None = None
         # The holdings file: the version of ``_repos`` in memory and the one last written.
         self._save_lock = threading.Lock()
         self._holdings_version = 0
@@ -647,10 +743,40 @@ class FakeNode:
         with self._lock:
             return sum(repo.size_bytes for repo in self._repos.values())
 
+    @property
+    def override_path(self) -> Path:
+        return override_path(self.config.state_dir, self.config.name)
+
+    def read_override(self) -> NodeOverride:
+        """Read the override file again when it changed (or went); returns what is in force.
+
+        A file that does not parse is logged once and counts as no file.
+        """
+        try:
+            stat = self.override_path.stat()
+        except FileNotFoundError:
+            stamp = None
+        else:
+            stamp = (stat.st_mtime_ns, stat.st_size)
+        if stamp == self._override_stamp:
+            return self.override
+        self._override_stamp = stamp
+        override = NodeOverride()
+        if stamp is not None:
+            try:
+                override = NodeOverride.from_json(json.loads(self.override_path.read_text()))
+            except (OSError, ValueError) as exc:
+                self._emit("override_ignored", path=str(self.override_path), error=str(exc))
+        if override != self.override:
+            self._emit("override", **override.to_json())
+        self.override = override
+        return override
+
     def disk_used_bytes(self) -> int:
         model = self.config.disk_model
         held = model.used_bytes() if model is not None else self.indexed_bytes()
-        used = self.config.disk_base_used_bytes + self.extra_used_bytes + held
+        extra = self.extra_used_bytes + self.override.disk_bytes(time.time())
+        used = self.config.disk_base_used_bytes + extra + held
         return min(used + self.temporary_bytes(), self.config.disk_total_bytes)
 
     def temporary_bytes(self) -> int:
@@ -688,6 +814,7 @@ class FakeNode:
             rss = int(
                 model.webserver_base_rss_bytes + model.webserver_rss_per_indexed_byte * indexed
             )
+        rss += self.override.rss_bytes(by_namespace)
         webserver = {
             "rss_bytes": rss,
             "mmap_current": min(
@@ -720,6 +847,7 @@ class FakeNode:
     def heartbeat_body(self) -> dict:
         """GitLab's heartbeat parameters, with their literally dotted names."""
         config = self.config
+        self.read_override()
         with self._lock:
             task_count = len(self._inflight)
         indexed = self.indexed_bytes()
@@ -1236,14 +1364,7 @@ def load_index_sizes(path: str | Path) -> Callable[[int], int]:
         raise ValueError(f"cannot read index sizes from {path}: {exc}") from None
     if not isinstance(raw, dict):
         raise ValueError(f"{path} must hold a JSON object of repo id -> bytes")
-    sizes: dict[int, int] = {}
-    for key, value in raw.items():
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise ValueError(f"{path}: the size of repo {key!r} must be a whole number >= 0")
-        try:
-            sizes[int(key)] = value
-        except ValueError:
-            raise ValueError(f"{path}: {key!r} is not a repo id") from None
+    sizes = byte_counts(raw, str(path), "repo")
 
     def index_size(repo_id: int) -> int:
         size = sizes.get(repo_id)

@@ -11,12 +11,14 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from simulator.demoprogress import demo_progress
 from simulator.management.commands.zoekt_demo_drive import (
     IDLE_CHECK_SECONDS,
+    IN_DEMO,
     DemoDriver,
     Phase,
     clock_text,
@@ -229,6 +231,7 @@ def test_it_converges_then_stops_kicking_and_prints_only_changes(now, calls):
     replica = ReplicaFactory()
     IndexFactory(zoekt_replica=replica, zoekt_node=a, state=Index.State.READY)
     IndexFactory(zoekt_replica=replica, zoekt_node=b, state=Index.State.PENDING)
+    get_user_model().objects.create_superuser("ops", email="", password="x")
     d = driver(calls)
     run(d, calls, 0.0, 71.0)
     assert d.phase is Phase.DRIVING
@@ -239,9 +242,15 @@ def test_it_converges_then_stops_kicking_and_prints_only_changes(now, calls):
     calls.at = 72.0
     assert d.tick(72.0) == IDLE_CHECK_SECONDS
     assert d.phase is Phase.CONVERGED and d.converged_after == 72.0
-    assert calls.lines[-2:] == [
+    # The dashboard URL, then who signs in and how to reset its password: the password
+    # printed at start scrolled away minutes ago.
+    assert calls.lines[-4:] == [
         f"[demo] converged in 1:12: 1/1 namespaces ready on 2 nodes; dashboard at {URL}",
         "[demo] ready indices per node: zoekt-a 1 · zoekt-b 1",
+        "[demo] sign in as 'ops' (its password was printed once, when it was created); "
+        f"to set a new one: {IN_DEMO} changepassword ops",
+        f"[demo] try an incident in a second terminal: {IN_DEMO} zoekt_demo_incident "
+        "spike|overfill|hot|drain",
     ]
 
     kicks, rollouts, printed = len(calls.kicks), len(calls.rollouts), len(calls.lines)

@@ -65,6 +65,36 @@ def test_counts_text():
     )
 
 
+def test_the_report_gives_the_last_interval_then_the_totals_and_starts_a_new_interval():
+    # Namespace 2 is dark for the first two seconds only (not ready yet), then answers.
+    dark_until = {"second": 2}
+    loop = TrafficLoop(
+        rate=100,
+        hotness=lambda ns: 1.0,
+        namespaces=lambda: [1, 2],
+        reasons_for=lambda ids: {1: None, 2: "no_ready_replica" if dark_until["second"] else None},
+    )
+    early = [loop.tick(0), loop.tick(1)]
+    dark_early = sum(counts.dark_total for counts in early)
+    assert 0 < dark_early < 200
+    first = loop.report(2)
+    assert first.startswith(f"last 2 s: searches 200, dark {dark_early} (")
+    assert first.endswith(
+        f"since start: searches 200, dark {dark_early} "
+        f"({dark_early / 2:.1f}%): no_ready_replica {dark_early}"
+    )
+
+    dark_until["second"] = 0
+    for second in range(2, 32):
+        loop.tick(second)
+    later = loop.report(30)
+    last, _, total = later.partition(" · since start: ")
+    # Nothing dark in the last 30 s, whatever the totals still carry from before.
+    assert last == "last 30 s: searches 3,000, dark 0 (0.0%)"
+    assert total.startswith(f"searches 3,200, dark {dark_early} (")
+    assert loop.report(30).startswith("last 30 s: searches 0, dark 0 (0.0%)")
+
+
 @pytest.mark.django_db
 def test_searches_are_answered_by_search_targets(now):
     online = NodeFactory()

@@ -24,7 +24,8 @@ nodes. It
    the same task skips it, as two beat ticks would;
 4. prints a progress line every ``--report-every`` seconds and, once every
    enabled namespace has a ready replica, how long that took and how many
-   indices each node holds. It then stops kicking and sleeps, printing a line
+   indices each node holds, then the dashboard's admin user and the command that
+   sets a new password for it. It then stops kicking and sleeps, printing a line
    only when the counts change, until SIGTERM or SIGINT, and exits 0 (honcho
    stops every process as soon as one exits, so it must keep running).
 
@@ -74,6 +75,32 @@ def run_scheduling_pass() -> list[dict]:
     from zoekt.scheduling.tasks import run_scheduled_task
 
     return [run_scheduled_task(name) for name in TASKS]
+
+
+# In a second terminal, from the checkout: the demo's embedded servers are joined, not started.
+IN_DEMO = ".venv/bin/python -m config.devservers exec -- .venv/bin/python manage.py"
+
+
+def sign_in_lines() -> list[str]:
+    """Who signs in to the dashboard and how to give it a new password (printed at
+    convergence: the password itself was printed once, minutes of output earlier)."""
+    from django.contrib.auth import get_user_model
+
+    admin = (
+        get_user_model()
+        .objects.filter(is_superuser=True, is_active=True)
+        .order_by("id")
+        .values_list("username", flat=True)
+        .first()
+    )
+    if admin is None:
+        return [f"no admin user: create one with {IN_DEMO} createsuperuser"]
+    return [
+        f"sign in as {admin!r} (its password was printed once, when it was created); "
+        f"to set a new one: {IN_DEMO} changepassword {admin}",
+        f"try an incident in a second terminal: {IN_DEMO} zoekt_demo_incident "
+        "spike|overfill|hot|drain",
+    ]
 
 
 def run_rollout() -> dict:
@@ -137,6 +164,7 @@ class DemoDriver:
     rollout: Callable[[], Any] = run_rollout
     schedule: Callable[[], Any] = run_scheduling_pass
     progress: Callable[[], DemoProgress] = demo_progress
+    sign_in: Callable[[], list[str]] = sign_in_lines
 
     phase: Phase = Phase.WAITING
     started_at: float | None = None
@@ -218,6 +246,8 @@ class DemoDriver:
             "[demo] ready indices per node: "
             + " · ".join(f"{name} {count}" for name, count in sorted(holding.items()))
         )
+        for line in self._guarded(now, "sign-in lines", self.sign_in) or ():
+            self.say(f"[demo] {line}")
         self._idle_seen = self._idle_key(progress)
 
     def _idle(self, now: float) -> float:

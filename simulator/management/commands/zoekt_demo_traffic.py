@@ -13,8 +13,11 @@ The counts are served for Prometheus on ``--metrics-port`` (9101; 0 turns it
 off) as ``zoekt_simulator_searches_total`` and
 ``zoekt_simulator_dark_searches_total{reason}``, a registry of this process
 only (the control plane's ``/metrics`` is about the fleet, not about a
-simulator), and printed every ``--report-every`` seconds. It runs until
-SIGTERM or SIGINT and exits 0 (honcho stops every process when one exits).
+simulator), and printed every ``--report-every`` seconds: the searches and
+dark ones of the last interval, then the totals since start (the totals keep
+the dark searches of the minute before convergence forever; the interval says
+whether any are dark now). It runs until SIGTERM or SIGINT and exits 0 (honcho
+stops every process when one exits).
 """
 
 from __future__ import annotations
@@ -62,6 +65,10 @@ class TrafficCounts:
     def dark_total(self) -> int:
         return sum(self.dark.values())
 
+    def add(self, other: TrafficCounts) -> None:
+        self.searches += other.searches
+        self.dark.update(other.dark)
+
     def text(self) -> str:
         share = 100 * self.dark_total / self.searches if self.searches else 0.0
         reasons = ", ".join(f"{reason} {count:,}" for reason, count in sorted(self.dark.items()))
@@ -80,6 +87,8 @@ class TrafficLoop:
     reasons_for: Callable[[list[int]], Mapping[int, str | None]] = dark_reasons
     on_counts: Callable[[int, Mapping[str, int]], None] | None = None
     counts: TrafficCounts = dataclasses.field(default_factory=TrafficCounts)
+    #: The counts since the last ``report`` (all of them before the first).
+    interval: TrafficCounts = dataclasses.field(default_factory=TrafficCounts)
 
     def tick(self, second: int) -> TrafficCounts:
         """Draw this second's searches; returns the counts of this second alone."""
@@ -92,11 +101,18 @@ class TrafficLoop:
         now = TrafficCounts(searches=drawn.searches)
         for ns, count in drawn.dark_by_namespace.items():
             now.dark[reasons[ns]] += count
-        self.counts.searches += now.searches
-        self.counts.dark.update(now.dark)
+        self.counts.add(now)
+        self.interval.add(now)
         if self.on_counts is not None:
             self.on_counts(now.searches, now.dark)
         return now
+
+    def report(self, seconds: float) -> str:
+        """The report line's text: the last ``seconds``' counts, then the totals; starts a
+        new interval."""
+        text = f"last {seconds:.0f} s: {self.interval.text()} · since start: {self.counts.text()}"
+        self.interval = TrafficCounts()
+        return text
 
 
 def prometheus_counters(port: int) -> Callable[[int, Mapping[str, int]], None]:
@@ -158,8 +174,9 @@ class Command(BaseCommand):
             second += 1
             now = time.monotonic()
             if now - last_report >= report_every:
+                line = loop.report(now - last_report)
                 last_report = now
-                self.stdout.write(f"[traffic] {int(now - started)} s: {loop.counts.text()}")
+                self.stdout.write(f"[traffic] {int(now - started)} s: {line}")
                 self.stdout.flush()
             stop.wait(max(started + second - time.monotonic(), 0.0))
         close_old_connections()
