@@ -17,8 +17,9 @@ import pytest
 from tests.layering import PRODUCT
 
 ROOT = Path(__file__).resolve().parents[2]
-#: The modules allowed to read the environment.
-READERS = ("config/settings.py", "config/devservers.py")
+#: The files that may touch ``os.environ``: the settings, the embedded servers' launcher, and
+#: the Procfile runner, which hands the environment on to the processes it starts.
+READERS = ("config/settings.py", "config/devservers.py", "config/procrun.py")
 #: Calls whose first argument names a variable the settings read.
 READING_CALLS = {
     "get",
