@@ -93,8 +93,13 @@ def _id(**kwargs) -> serializers.IntegerField:
     return serializers.IntegerField(min_value=1, max_value=catalog.MAX_ID, **kwargs)
 
 
+@extend_schema_field({"type": "string", "pattern": r"\S"})
+class CatalogNameField(serializers.CharField):
+    """A name or a path: something besides spaces (``zoekt.catalog`` refuses a blank one)."""
+
+
 def _name() -> serializers.CharField:
-    return serializers.CharField(max_length=catalog.MAX_NAME_LENGTH)
+    return CatalogNameField(max_length=catalog.MAX_NAME_LENGTH)
 
 
 # --- GitLab's admin endpoints -----------------------------------------------------------------

@@ -297,3 +297,49 @@ def test_a_zone_the_schema_allows_is_one_the_api_takes(admin_client, schema_docu
     assert_agrees(response, allowed, "zone")
     node.refresh_from_db()
     assert node.zone == stored
+
+
+@pytest.mark.parametrize(
+    "query, allowed",
+    [
+        pytest.param("case:no test", True, id="words"),
+        pytest.param(" test\r", True, id="words-within-spaces"),
+        pytest.param("\r", False, id="a-carriage-return"),
+        pytest.param(" \t\n", False, id="spaces"),
+        pytest.param("", False, id="empty"),
+    ],
+)
+def test_a_search_query_the_schema_allows_is_one_the_api_takes(
+    admin_client, schema_document, query, allowed
+):
+    path = "/api/v1/namespaces/{root_namespace_id}/search_request"
+    body = {"query": query, "project_ids": [1]}
+
+    assert schema_allows(schema_document, path, "post", body) is allowed
+    response = admin_client.post(
+        "/api/v1/namespaces/987654321/search_request",
+        data=json.dumps(body),
+        content_type="application/json",
+    )
+    if allowed:
+        assert response.status_code != 400, response.content
+    else:
+        assert_agrees(response, allowed, "query")
+
+
+@pytest.mark.parametrize("name, allowed", [("Gitlab Org", True), (" \t", False)])
+def test_a_catalog_name_the_schema_allows_is_one_the_api_takes(
+    admin_client, schema_document, name, allowed
+):
+    path = "/api/v1/catalog/bulk_upsert"
+    content = schema_document["paths"][path]["post"]["requestBody"]["content"]["application/json"]
+    body = content["examples"]["AGroupWithOneProject"]["value"]
+    body["namespaces"][0]["name"] = name
+
+    assert schema_allows(schema_document, path, "post", body) is allowed
+    response = admin_client.post(path, data=json.dumps(body), content_type="application/json")
+    if allowed:
+        assert response.status_code == 200, response.content
+    else:
+        assert response.status_code == 400, response.content
+        assert list(response.json()["errors"]) == ["namespaces[0].name"], response.content
