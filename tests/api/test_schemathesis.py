@@ -8,7 +8,7 @@ no HTTP API; of moves, only the move of one index by hand
 (``POST /api/v1/indices/:id/move``), whose refusals the snapshot's moves cover. The
 operations here are all there is. ``ZOEKT_SCHEMA_EXAMPLES`` sets the examples per
 operation in the generated phase, besides the cases schemathesis derives from the schema's
-examples and bounds (CI runs 5, about 1,800 requests in all; ``make fuzz`` runs 300,
+examples and bounds (CI runs 5, about 1,700 requests in all; ``make fuzz`` runs 300,
 figures in docs/reliability.md).
 """
 
