@@ -55,7 +55,7 @@ screenshots: install
 bench: install
 	$(BIN)/python -m config.devservers exec -- $(BIN)/python bench/heartbeat.py $(BENCH_ARGS)
 
-# Generated requests: hypothesis, 2,500 per endpoint (10,000 in all), and schemathesis from
+# Generated requests: hypothesis, 2,500 per endpoint (12,500 in all), and schemathesis from
 # the OpenAPI schema, 300 per operation; the counts they print go to docs/reliability.md.
 # CI runs 150 per endpoint and 5 per operation.
 fuzz: install

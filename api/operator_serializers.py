@@ -21,7 +21,7 @@ from rest_framework import serializers
 from api.errors import flatten_errors
 from api.serializers import StrictSerializer, StringField
 from zoekt import catalog, shutdowns
-from zoekt.models import ZONE_MAX_LENGTH, ZONE_PATTERN, Namespace, ProjectFeature
+from zoekt.models import ZONE_PATTERN, Namespace, ProjectFeature
 
 ZONE_MESSAGE = (
     "A zone is 1 to 63 letters, digits, '.', '_' or '-', starting with a letter or digit."
@@ -93,8 +93,13 @@ def _id(**kwargs) -> serializers.IntegerField:
     return serializers.IntegerField(min_value=1, max_value=catalog.MAX_ID, **kwargs)
 
 
+@extend_schema_field({"type": "string", "pattern": r"\S"})
+class CatalogNameField(serializers.CharField):
+    """A name or a path: something besides spaces (``zoekt.catalog`` refuses a blank one)."""
+
+
 def _name() -> serializers.CharField:
-    return serializers.CharField(max_length=catalog.MAX_NAME_LENGTH)
+    return CatalogNameField(max_length=catalog.MAX_NAME_LENGTH)
 
 
 # --- GitLab's admin endpoints -----------------------------------------------------------------
@@ -307,6 +312,17 @@ class CatalogBulkUpsertResultSerializer(serializers.Serializer):
 # --- node shutdown records (docs/operations.md) --------------------------------------------------
 
 
+def _shutdown_reason() -> StringField:
+    """A shutdown request's ``reason``, a node's or a zone's: something besides spaces (the
+    schema's pattern), as ``zoekt.shutdowns`` requires, and no NUL character."""
+    return StringField(
+        max_length=2000,
+        pattern=r"\A[^\x00]*[^\s\x00][^\x00]*\Z",
+        pattern_message="must be a non-empty string saying why, without NUL characters",
+        help_text="Why, for the record (an upgrade, a host reboot).",
+    )
+
+
 class NodeShutdownRequestSerializer(StrictSerializer):
     """``PUT /api/v1/nodes/:id/shutdown``: the request's shape (``zoekt.shutdowns`` checks
     the rest: which fields go with which type, and the target node)."""
@@ -316,14 +332,7 @@ class NodeShutdownRequestSerializer(StrictSerializer):
         help_text="`restart` (the node comes back with its data), `remove` (drain: every "
         "index is moved off the node), `replace` (drain onto `target_node_id`).",
     )
-    reason = StringField(
-        max_length=2000,
-        # Something besides spaces (the schema's pattern), as zoekt.shutdowns requires,
-        # and no NUL character.
-        pattern=r"\A[^\x00]*[^\s\x00][^\x00]*\Z",
-        pattern_message="must be a non-empty string saying why, without NUL characters",
-        help_text="Why, for the record (an upgrade, a host reboot).",
-    )
+    reason = _shutdown_reason()
     allowed_delay = serializers.IntegerField(
         required=False,
         min_value=1,
@@ -349,9 +358,7 @@ class ZoneShutdownRequestSerializer(StrictSerializer):
         "node of the zone: every index is moved to a node outside it). `replace` is one "
         "node's and is refused here (400 naming `type`).",
     )
-    reason = serializers.CharField(
-        max_length=2000, help_text="Why, for the record (an upgrade, a host reboot)."
-    )
+    reason = _shutdown_reason()
     allowed_delay = serializers.IntegerField(
         required=False,
         min_value=1,
@@ -361,8 +368,17 @@ class ZoneShutdownRequestSerializer(StrictSerializer):
     )
 
 
+#: What ``PATCH /api/v1/nodes/:id`` takes as a zone besides null and the empty string,
+#: published as the schema's ``pattern``: a label (``ZONE_PATTERN``, which bounds its
+#: length) within spaces, which are dropped, or spaces only (no zone, as the empty string).
+#: It leaves the empty string out: the schema's other branch (``maxLength: 0``) has it.
+ZONE_INPUT_PATTERN = rf"^(?:\s*{ZONE_PATTERN.removeprefix('^').removesuffix('$')}\s*|\s+)$"
+
+
+@extend_schema_field({"type": "string", "pattern": ZONE_INPUT_PATTERN})
 class ZoneField(serializers.CharField):
-    """A zone label: a JSON string (a number is not coerced to one), or null."""
+    """A zone label: a JSON string (a number is not coerced to one), or null; the spaces
+    around it are dropped."""
 
     def to_internal_value(self, data):
         if not isinstance(data, str):
@@ -377,11 +393,11 @@ class NodeZoneSerializer(StrictSerializer):
         required=False,
         allow_null=True,
         allow_blank=True,
-        max_length=ZONE_MAX_LENGTH,
         trim_whitespace=True,
         validators=[RegexValidator(ZONE_PATTERN, ZONE_MESSAGE)],
         help_text="1 to 63 letters, digits, `.`, `_` or `-`, starting with a letter or "
-        "digit (`us-east-1a`, `rack-3`); null or empty: no zone.",
+        "digit (`us-east-1a`, `rack-3`); null, empty or spaces: no zone. Spaces around a "
+        "label are dropped.",
     )
 
     def validate_zone(self, value):

@@ -603,8 +603,9 @@ class NodeShutdownView(OperatorAPIView):
             "(`node_drained`) when the node holds no index. `replace`: the same, each move "
             "placed on `target_node_id` where it fits, elsewhere (recorded) where it does not. "
             "`allowed_delay` goes with a restart only, `target_node_id` with a replace only "
-            "(required there; a 400 naming it when missing, unknown, the node itself, not a "
-            "search node, or a node with a live record of its own or drained). One live record "
+            "(required there; a 400 naming it when missing, the node itself, not a "
+            "search node, or a node with a live record of its own or drained; a 404 naming it "
+            "when no such node exists). One live record "
             "per node: a second request is a 409 naming `node_id` until the first completes or "
             "is cancelled (also while the node receives a live replace's data)."
         ),
@@ -617,7 +618,7 @@ class NodeShutdownView(OperatorAPIView):
                 "Bad input, naming the field (`type`, `reason`, `allowed_delay`, `target_node_id`)"
             ),
             **COMMON_ERRORS,
-            404: _error("No such node"),
+            404: _error("No such node (`node_id`), or no such target node (`target_node_id`)"),
             409: _error("The node already has a live shutdown record"),
         },
         examples=[

@@ -252,7 +252,8 @@ def _depth(value, limit: int) -> int:
 @extend_schema_field(
     {
         "oneOf": [
-            {"type": "string", "minLength": 1},
+            # Something besides spaces (a query of spaces is a 400, "may not be blank").
+            {"type": "string", "minLength": 1, "pattern": r"\S"},
             {"type": "object", "minProperties": 1},
         ],
         "description": (

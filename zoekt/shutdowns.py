@@ -120,9 +120,11 @@ def check_request(
 
 
 def _check_target(node: Node, target: Node | None, target_node_id: int) -> list[str]:
-    """Why the named node cannot receive a replace's data (empty when it can)."""
+    """Why the named node cannot receive a replace's data (empty when it can); a node that
+    does not exist is ``ObjectNotFound`` naming ``target_node_id`` (a 404, as an unknown
+    node anywhere in the operator API)."""
     if target is None:
-        return [f"Zoekt node {target_node_id} not found"]
+        raise ObjectNotFound("target_node_id", f"Zoekt node {target_node_id} not found.")
     if target.id == node.id:
         return ["the target must be another node than the one replaced"]
     if Node.Service.ZOEKT not in target.services:
@@ -213,9 +215,10 @@ def _request_node_shutdown(
     """Record an operator's shutdown request for the node: ``restart``, ``remove`` or
     ``replace`` (with ``target_node_id``).
 
-    ``Rejected`` names the field at fault (a replace's target: unknown, the node
-    itself, not a search node, with a live record of its own, or drained and
-    not returned), ``ObjectNotFound`` the node, and ``Conflict`` the node's live
+    ``Rejected`` names the field at fault (a replace's target: the node itself,
+    not a search node, with a live record of its own, or drained and not
+    returned), ``ObjectNotFound`` the node or a replace's target that does not
+    exist, and ``Conflict`` the node's live
     record (or a live replace that names the node as its target); none writes
     anything. The node's row (and the target's) is locked while the record is
     written, so lost-node handling, which locks it too, sees either no record

@@ -268,7 +268,6 @@ def test_a_replace_is_recorded_with_its_target(api, node):
 @pytest.mark.parametrize(
     ("target", "part"),
     [
-        pytest.param("unknown", "not found", id="unknown"),
         pytest.param("itself", "another node", id="itself"),
         pytest.param("restarting", "live shutdown record of its own", id="live-record"),
         pytest.param("drained", "out of service", id="drained"),
@@ -285,7 +284,7 @@ def test_a_replace_whose_target_cannot_receive_is_a_400_naming_it(api, node, tar
     elif target == "not-search":
         other.services = [1]
         other.save(update_fields=["services"])
-    target_id = {"unknown": other.id + 1000, "itself": node.id}.get(target, other.id)
+    target_id = node.id if target == "itself" else other.id
     before = records()
 
     response = api.put(
@@ -295,6 +294,22 @@ def test_a_replace_whose_target_cannot_receive_is_a_400_naming_it(api, node, tar
     )
 
     assert_error(response, 400, "target_node_id", part)
+    assert records() == before
+
+
+def test_a_replace_whose_target_does_not_exist_is_a_404_naming_it(api, node):
+    """As an unknown node anywhere in the operator API (a move's ``to_node_id``, the
+    capacity what-if's ``remove``): the request is well formed, the node is missing."""
+    missing = NodeFactory().id + 1000
+    before = records()
+
+    response = api.put(
+        url(node.id),
+        {"type": "replace", "reason": "x", "target_node_id": missing},
+        format="json",
+    )
+
+    assert_error(response, 404, "target_node_id", "not found")
     assert records() == before
 
 

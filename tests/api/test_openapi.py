@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import jsonschema
@@ -14,6 +15,8 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from api.errors import NO_ROUTE
+from tests.zoekt.test_zones import zoned
+from zoekt.models import NodeShutdown
 
 
 def test_the_schema_generates_without_warnings_and_validates(tmp_path):
@@ -212,3 +215,131 @@ def test_search_targets_declares_a_404_only_for_a_path_no_route_matches(
     description = operation["responses"]["404"]["description"]
     assert "not an integer" in description
     assert "an unknown namespace id answers 200" in description.lower()
+
+
+# --- a request body the schema allows is one the endpoint takes, and no other ------------------
+
+
+@pytest.fixture
+def schema_document(admin_client) -> dict:
+    return admin_client.get("/api/schema/?format=json", HTTP_HOST="127.0.0.1").json()
+
+
+def schema_allows(document: dict, path: str, method: str, body: dict) -> bool:
+    content = document["paths"][path][method]["requestBody"]["content"]["application/json"]
+    validator = jsonschema.Draft202012Validator(json_schema(document, content["schema"]))
+    return validator.is_valid(body)
+
+
+def assert_agrees(response, allowed: bool, field: str) -> None:
+    """Taken (2xx) exactly when the schema allows the body; refused with a 400 naming
+    ``field`` when it does not."""
+    if allowed:
+        assert 200 <= response.status_code < 300, response.content
+    else:
+        assert response.status_code == 400, response.content
+        assert set(response.json()["errors"]) == {field}, response.content
+
+
+REASONS = [
+    pytest.param("Zoekt 1.18 upgrade", True, id="words"),
+    pytest.param("  host reboot\n", True, id="words-within-spaces"),
+    pytest.param("\t", False, id="a-tab"),
+    pytest.param("   ", False, id="spaces"),
+    pytest.param("", False, id="empty"),
+    pytest.param("up\x00grade", False, id="a-nul"),
+    pytest.param(7, False, id="a-number"),
+]
+
+
+@pytest.mark.parametrize("reason, allowed", REASONS)
+@pytest.mark.parametrize("target", ["node", "zone"])
+def test_a_shutdown_reason_the_schema_allows_is_one_the_api_takes(
+    admin_client, schema_document, target, reason, allowed
+):
+    node = zoned("zoekt-1", "eu-1a")
+    if target == "node":
+        path, url = "/api/v1/nodes/{node_id}/shutdown", f"/api/v1/nodes/{node.id}/shutdown"
+    else:
+        path, url = "/api/v1/zones/{zone}/shutdown", "/api/v1/zones/eu-1a/shutdown"
+    body = {"type": "restart", "reason": reason}
+
+    assert schema_allows(schema_document, path, "put", body) is allowed
+    response = admin_client.put(url, data=json.dumps(body), content_type="application/json")
+    assert_agrees(response, allowed, "reason")
+    assert NodeShutdown.objects.exists() is allowed
+
+
+@pytest.mark.parametrize(
+    "zone, stored",
+    [
+        pytest.param("eu-1a", "eu-1a", id="a-label"),
+        pytest.param(" eu-1a\t", "eu-1a", id="a-label-within-spaces"),
+        pytest.param(" " + "z" * 63 + " ", "z" * 63, id="the-longest-label-within-spaces"),
+        pytest.param("   ", None, id="spaces"),
+        pytest.param("", None, id="empty"),
+        pytest.param(None, None, id="null"),
+        pytest.param("eu 1a", "rack-1", id="a-space-inside"),
+        pytest.param("-eu", "rack-1", id="a-leading-dash"),
+        pytest.param("z" * 64, "rack-1", id="too-long"),
+        pytest.param(7, "rack-1", id="a-number"),
+    ],
+)
+def test_a_zone_the_schema_allows_is_one_the_api_takes(admin_client, schema_document, zone, stored):
+    node = zoned("zoekt-1", "rack-1")
+    allowed = stored != "rack-1"
+    body = {"zone": zone}
+
+    assert schema_allows(schema_document, "/api/v1/nodes/{node_id}", "patch", body) is allowed
+    response = admin_client.patch(
+        f"/api/v1/nodes/{node.id}", data=json.dumps(body), content_type="application/json"
+    )
+    assert_agrees(response, allowed, "zone")
+    node.refresh_from_db()
+    assert node.zone == stored
+
+
+@pytest.mark.parametrize(
+    "query, allowed",
+    [
+        pytest.param("case:no test", True, id="words"),
+        pytest.param(" test\r", True, id="words-within-spaces"),
+        pytest.param("\r", False, id="a-carriage-return"),
+        pytest.param(" \t\n", False, id="spaces"),
+        pytest.param("", False, id="empty"),
+    ],
+)
+def test_a_search_query_the_schema_allows_is_one_the_api_takes(
+    admin_client, schema_document, query, allowed
+):
+    path = "/api/v1/namespaces/{root_namespace_id}/search_request"
+    body = {"query": query, "project_ids": [1]}
+
+    assert schema_allows(schema_document, path, "post", body) is allowed
+    response = admin_client.post(
+        "/api/v1/namespaces/987654321/search_request",
+        data=json.dumps(body),
+        content_type="application/json",
+    )
+    if allowed:
+        assert response.status_code != 400, response.content
+    else:
+        assert_agrees(response, allowed, "query")
+
+
+@pytest.mark.parametrize("name, allowed", [("Gitlab Org", True), (" \t", False)])
+def test_a_catalog_name_the_schema_allows_is_one_the_api_takes(
+    admin_client, schema_document, name, allowed
+):
+    path = "/api/v1/catalog/bulk_upsert"
+    content = schema_document["paths"][path]["post"]["requestBody"]["content"]["application/json"]
+    body = content["examples"]["AGroupWithOneProject"]["value"]
+    body["namespaces"][0]["name"] = name
+
+    assert schema_allows(schema_document, path, "post", body) is allowed
+    response = admin_client.post(path, data=json.dumps(body), content_type="application/json")
+    if allowed:
+        assert response.status_code == 200, response.content
+    else:
+        assert response.status_code == 400, response.content
+        assert list(response.json()["errors"]) == ["namespaces[0].name"], response.content
