@@ -10,7 +10,10 @@ endpoints mounted, and drives it from separate client processes:
     the same server, alternating F-C-R-R-C-F so drift hits all alike:
       floor    the same stack and body validation, no database
       ceiling  one raw-SQL upsert of the node row + one select of its tasks
-      real     the heartbeat as nodes use it
+      real     the heartbeat as nodes use it, with the product's hand-out
+               (admission control), and "real (gitlab)" with GitLab's hand-out
+               (``zoekt_indexing_admission`` ``gitlab``), the setting switched
+               between rounds: F-C-R-G-G-R-C-F
     Each request comes from a different node of a pool large enough that
     every node is seen at most once per 5 s, as in a real fleet, so the real
     heartbeat writes its row every time (no debounce shortcut).
@@ -351,6 +354,9 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=4, help="gunicorn workers")
     parser.add_argument("--skip-open", action="store_true")
     parser.add_argument("--json", type=Path, help="write the results here")
+    parser.add_argument(
+        "--skip-gitlab", action="store_true", help="leave out the rounds with GitLab's hand-out"
+    )
     args = parser.parse_args()
 
     url, name = scratch_database_url(os.environ["DATABASE_URL"], "bench")
@@ -380,11 +386,41 @@ def main() -> int:
         "floor": "/bench/floor/{uuid}/heartbeat",
         "ceiling": "/bench/ceiling/{uuid}/heartbeat",
         "real": "/api/v4/internal/search/zoekt/{uuid}/heartbeat",
+        "real (gitlab)": "/api/v4/internal/search/zoekt/{uuid}/heartbeat",
     }
+    order = ["floor", "ceiling", "real", "real (gitlab)"]
+    if args.skip_gitlab:
+        order.remove("real (gitlab)")
+        del paths["real (gitlab)"]
+    mode = "admission"
+
+    def hand_out(wanted: str) -> None:
+        """Switch the hand-out for the rounds that follow (the save drops the cached copies;
+        the server's workers hold theirs for a second)."""
+        nonlocal mode
+        if wanted == mode:
+            return
+        subprocess.run(
+            [
+                sys.executable,
+                "manage.py",
+                "shell",
+                "-c",
+                "from zoekt import app_settings; "
+                f"app_settings.update(zoekt_indexing_admission={wanted!r})",
+            ],
+            cwd=ROOT,
+            env=env,
+            check=True,
+        )
+        time.sleep(2)
+        mode = wanted
+
     results: dict = {"closed": {k: [] for k in paths}, "config": vars(args) | {"json": None}}
     try:
         closed_loop(base, paths["floor"], secret, pool, args.clients, args.client_processes, 3)
-        for which in ("floor", "ceiling", "real", "real", "ceiling", "floor"):
+        for which in order + order[::-1]:
+            hand_out("gitlab" if which == "real (gitlab)" else "admission")
             print(f"closed loop: {which} for {args.seconds:.0f} s", file=sys.stderr)
             results["closed"][which].append(
                 closed_loop(
@@ -423,7 +459,7 @@ def main() -> int:
     ceiling = summary["ceiling"]["rps"]
     print("\n| endpoint | requests/s | p50 ms | p99 ms | errors | of ceiling |")
     print("|---|---:|---:|---:|---:|---:|")
-    for which in ("floor", "ceiling", "real"):
+    for which in order:
         s = summary[which]
         print(
             f"| {which} | {s['rps']:.0f} | {s['p50_ms']:.1f} | {s['p99_ms']:.1f} | "

@@ -13,11 +13,14 @@ Apart from the records' module so that the heartbeat path imports only this.
 from __future__ import annotations
 
 import dataclasses
+import time
 import uuid
 from datetime import datetime
 
 from django.db import transaction
 from django.db.models import Sum
+from django.db.models.signals import post_save
+from django.dispatch import receiver
 
 from zoekt import capacity, clock
 from zoekt.logging import get_logger
@@ -113,9 +116,33 @@ def settle(
     return "waiting"
 
 
+#: How long a process trusts that no restart record is live before it asks again. A record
+#: created in this process drops the memo at once (``_forget_live_restarts``); one created
+#: in another is seen within this time, long before its node has gone away and come back.
+LIVE_RESTARTS_MEMO_SECONDS = 1.0
+_live_restarts = {"until": 0.0, "any": True}
+
+
+def _any_live_restart() -> bool:
+    """Is any restart record live? One ``EXISTS`` a second per process."""
+    if _live_restarts["until"] > time.monotonic():
+        return bool(_live_restarts["any"])
+    found = NodeShutdown.objects.live().filter(type=NodeShutdown.Type.RESTART).exists()
+    _live_restarts.update(until=time.monotonic() + LIVE_RESTARTS_MEMO_SECONDS, any=found)
+    return found
+
+
+@receiver(post_save, sender="zoekt.NodeShutdown")
+def _forget_live_restarts(**_kwargs) -> None:
+    _live_restarts["until"] = 0.0
+
+
 def live_restart_before_heartbeat(node_uuid: uuid.UUID) -> tuple[int, datetime] | None:
     """``(record id, the node's previous heartbeat)`` when the node has a live restart
-    record, read before the heartbeat is written; one query, None for most nodes."""
+    record, read before the heartbeat is written; None for most nodes, which while no
+    restart is live costs no query (``_any_live_restart``)."""
+    if not _any_live_restart():
+        return None
     return (
         NodeShutdown.objects.live()
         .filter(node__uuid=node_uuid, type=NodeShutdown.Type.RESTART)

@@ -570,3 +570,20 @@ def test_an_operator_concurrency_override_sets_the_limit(node_api, node, index):
         make_index_task(index)
 
     assert handed_out(node_api, node, concurrency(8)) == 1
+
+
+def test_while_no_restart_is_live_a_heartbeat_does_not_look_for_one(node_api, now, monkeypatch):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from zoekt import restarts
+
+    # However slow the machine, the second heartbeat comes within the memo's time.
+    monkeypatch.setattr(restarts, "LIVE_RESTARTS_MEMO_SECONDS", 60.0)
+    restarts._forget_live_restarts()  # nothing remembered from an earlier test
+    beat(node_api)  # registers, and learns that no restart record is live
+    with CaptureQueriesContext(connection) as queries:
+        clock.advance(30)
+        beat(node_api)
+
+    assert not [q for q in queries.captured_queries if "zoekt_node_shutdowns" in q["sql"]]
