@@ -15,6 +15,7 @@ the codes in ``NODE_INVALID_CODES``.
 
 from __future__ import annotations
 
+import copy
 import json
 from urllib.parse import urlsplit
 
@@ -142,6 +143,18 @@ class NodeAPISerializer(serializers.Serializer):
     def unknown_keys(self) -> list[str]:
         return self.context["unknown_keys"]
 
+    def get_fields(self):
+        """The declared fields, each a copy for this serializer, as DRF gives them, but
+        cheaper: DRF deep-copies every field by running its ``__init__`` again, and a
+        heartbeat builds a dozen serializers. Binding keeps a field's per-serializer state
+        (its name and parent) on the copy, so a plain field is copied shallow; a field
+        that holds other fields (a nested serializer, a list or dict of a child) is copied
+        deep, as DRF does, so that its children are its own."""
+        return {
+            name: copy.deepcopy(field) if _holds_fields(field) else copy.copy(field)
+            for name, field in self._declared_fields.items()
+        }
+
     @property
     def key_path(self) -> str:
         """This serializer's place in the body: ``""`` at the top, else ``"a.b."``."""
@@ -161,6 +174,10 @@ class NodeAPISerializer(serializers.Serializer):
         if self.free_keys and extra:
             value = {**{key: data[key] for key in extra}, **value}
         return value
+
+
+def _holds_fields(field: serializers.Field) -> bool:
+    return isinstance(field, serializers.BaseSerializer) or hasattr(field, "child")
 
 
 class JSONObjectField(serializers.Field):
