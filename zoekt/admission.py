@@ -100,6 +100,11 @@ class Candidate:
     in_flight: bool = False
 
 
+def build_ceiling(low_watermark: float, high_watermark: float) -> float:
+    """The share of the disk that builds in flight may fill (see the module)."""
+    return max(low_watermark, capacity.hysteresis_floor(high_watermark))
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class NodeRoom:
     """What the node has for indexing work now."""
@@ -115,8 +120,7 @@ class NodeRoom:
 
     @property
     def build_ceiling(self) -> float:
-        """The share of the disk that builds in flight may fill (see the module)."""
-        return max(self.low_watermark, capacity.hysteresis_floor(self.high_watermark))
+        return build_ceiling(self.low_watermark, self.high_watermark)
 
     def headroom_bytes(self, in_flight_bytes: int) -> int:
         """What is left for new builds' temporary bytes (negative past the ceiling)."""

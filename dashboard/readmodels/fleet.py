@@ -134,8 +134,7 @@ class FleetOverview:
     @property
     def build_ceiling(self) -> float:
         """The disk share builds in flight may fill (admission control)."""
-        low, high, _critical = self.watermark_limits
-        return admission.NodeRoom(0, 0, 0, low, high).build_ceiling
+        return admission.build_ceiling(*self.watermark_limits[:2])
 
     @property
     def dark(self) -> int:
