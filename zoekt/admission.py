@@ -11,8 +11,10 @@ a minute. Here each hand-out fills the node's free slots from its pending work:
   move or drain, then the re-indexing of data a node lost, then never-indexed
   repositories, then forced re-indexing and updates of what already serves;
 * **fair** between namespaces within a priority: round robin, the first task of every
-  namespace before the second of any, and a namespace's largest builds first (the
-  database ranks the window, ``rank``);
+  namespace before the second of any, and a namespace's largest builds first. A task's
+  place is given when it is queued (``queue_turns``: start-time fair queuing, the turn a
+  task is served in) and kept on its row, so a hand-out reads the head of the node's
+  queue from an index and never ranks the whole backlog;
 * within the node's **disk headroom**: its reported used bytes plus the temporary bytes
   of the builds it is running plus the new build's stay at or under the *build ceiling*,
   the high watermark less the eviction hysteresis band (70 % at GitLab's 75 %), so that
@@ -98,6 +100,8 @@ class Candidate:
     temporary_bytes: int
     #: Already handed out and not yet called back: it holds a slot and its temporary bytes.
     in_flight: bool = False
+    #: Its round in the node's queue within its priority (``queue_turns``).
+    turn: int = 0
 
 
 def build_ceiling(low_watermark: float, high_watermark: float) -> float:
@@ -150,35 +154,66 @@ class Admission:
 
 
 def rank(candidates: Iterable[Candidate]) -> list[Candidate]:
-    """In flight first, then by priority, round robin between namespaces.
-
-    The input is in the order the tasks were queued (``perform_at``, id). Within a
-    priority, the n-th task of a namespace comes after the (n-1)-th task of every other
-    namespace; a namespace's own tasks go largest first (the longest builds start first, so
-    a namespace's last build does not start late: the longest-processing-time rule), in
-    queue order between equals.
-    """
+    """In flight first, then by priority, then by turn (``queue_turns``), then in queue
+    order (``perform_at``, id: the order of the input)."""
     candidates = list(candidates)
-    groups: dict[tuple[Priority, int], list[int]] = {}
-    for position, candidate in enumerate(candidates):
-        groups.setdefault((candidate.priority, candidate.namespace_id), []).append(position)
-    turns: dict[int, int] = {}
-    for positions in groups.values():
-        positions.sort(key=lambda p: (-candidates[p].temporary_bytes, p))
-        for turn, position in enumerate(positions):
-            turns[position] = turn
     order = sorted(
         range(len(candidates)),
-        key=lambda p: (not candidates[p].in_flight, candidates[p].priority, turns[p], p),
+        key=lambda p: (not candidates[p].in_flight, candidates[p].priority, candidates[p].turn, p),
     )
     return [candidates[p] for p in order]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Queued:
+    """A task being queued: what its place in its node's queue depends on."""
+
+    task_id: int
+    node_id: int
+    priority: Priority
+    namespace_id: int
+    index_bytes: int
+
+
+#: A node's queue within one priority.
+QueueKey = tuple[int, Priority]
+
+
+def queue_turns(
+    queued: Sequence[Queued],
+    heads: dict[QueueKey, int],
+    lasts: dict[tuple[int, Priority, int], int],
+) -> dict[int, int]:
+    """The turn of each task being queued: round robin between namespaces, by start-time
+    fair queuing.
+
+    ``heads`` holds the lowest turn pending in each node's priority queue (its virtual
+    time: the round being served) and ``lasts`` the highest turn pending of each
+    namespace in it. A namespace with tasks pending queues its new ones after its last;
+    one with none joins the round being served, so it waits for no namespace's backlog.
+    The tasks of a namespace queued together go largest first (the longest-processing-
+    time rule: the longest builds start first, so a namespace's last build does not start
+    late), the task id between equals. A hand-out serves turn by turn, so the n-th task
+    of every namespace goes before the (n+1)-th of any.
+    """
+    groups: dict[tuple[int, Priority, int], list[Queued]] = {}
+    for task in queued:
+        groups.setdefault((task.node_id, task.priority, task.namespace_id), []).append(task)
+    turns: dict[int, int] = {}
+    for (node_id, priority, namespace_id), tasks in groups.items():
+        last = lasts.get((node_id, priority, namespace_id))
+        start = last + 1 if last is not None else heads.get((node_id, priority), 0)
+        tasks.sort(key=lambda t: (-t.index_bytes, t.task_id))
+        for offset, task in enumerate(tasks):
+            turns[task.task_id] = start + offset
+    return turns
 
 
 def admit(candidates: Sequence[Candidate], room: NodeRoom) -> Admission:
     """Which of the node's tasks to hand out now, each decision with its reason.
 
-    ``candidates`` are ranked here (``rank``); at most one task per project is handed
-    out at once, as GitLab's hand-out does. A node that reports no disk size is paced
+    ``candidates`` are ranked here (``rank``, by their turns); at most one task per project
+    is handed out at once, as GitLab's hand-out does. A node that reports no disk size is paced
     by its slots alone.
     """
     ranked = rank(candidates)

@@ -823,6 +823,16 @@ class Task(ClockStampedModel):
     )
     created_at = models.DateTimeField(default=clock.now, editable=False)
     updated_at = models.DateTimeField(default=clock.now, editable=False)
+    # The task's place in its node's admission queue (docs/scheduling.md), set when it is
+    # queued (``task_creation.queue_for_admission``). Not GitLab's columns: GitLab hands
+    # out the oldest tasks first and needs none. ``priority`` is a
+    # ``zoekt.admission.Priority``; ``namespace_id`` the root namespace of its index (0:
+    # none); ``index_bytes`` its repository's index bytes when queued (the size of its
+    # temporary data); ``turn`` its round within the node's queue of that priority.
+    priority = models.SmallIntegerField(db_default=3, default=3)
+    namespace_id = models.BigIntegerField(db_default=0, default=0)
+    index_bytes = models.BigIntegerField(db_default=0, default=0)
+    turn = models.BigIntegerField(db_default=0, default=0)
 
     objects = TaskQuerySet.as_manager()
 
@@ -835,6 +845,18 @@ class Task(ClockStampedModel):
                 name="zoekt_tasks_node_state_perform",
             ),
             models.Index(fields=["zoekt_repository_id"], name="zoekt_tasks_repository_id"),
+            # The head of a node's admission queue: a hand-out reads it in order.
+            models.Index(
+                fields=["zoekt_node_id", "priority", "turn", "perform_at", "id"],
+                condition=Q(state=0),
+                name="zoekt_tasks_queue_head",
+            ),
+            # A namespace's last turn in a node's queue, read when its next tasks are queued.
+            models.Index(
+                fields=["zoekt_node_id", "priority", "namespace_id", "turn"],
+                condition=Q(state=0),
+                name="zoekt_tasks_queue_namespace",
+            ),
         ]
         constraints = [
             models.CheckConstraint(
@@ -1458,16 +1480,17 @@ class ApplicationSetting(ClockStampedModel):
         ],
         help_text="How indexing work is handed to the nodes. Admission control (the product's "
         "default) fills each node's free task slots in priority order, round robin between "
-        "namespaces, while the temporary space of its builds keeps it under the low watermark, "
-        "and starts pending indices as fast as the nodes' queues drain. GitLab's hands out the "
-        "oldest tasks and starts the initial indexing limit of pending indices per node a minute.",
+        "namespaces, while the temporary space of its builds keeps it under its build ceiling "
+        "(the high watermark less the eviction hysteresis band), and starts pending indices "
+        "as fast as the nodes' queues drain. GitLab's hands out the oldest tasks and starts "
+        "the initial indexing limit of pending indices per node a minute.",
     )
     zoekt_indexing_temporary_space_factor = models.FloatField(
         "Temporary space of a build, per byte of index",
         default=1.0,
         help_text="A build writes its new shards before the old ones go: while it runs it takes "
         "this many bytes per byte of the repository's index on its node's disk. Admission "
-        "control keeps the node under the low watermark with them. At least 0.",
+        "control keeps the node under its build ceiling with them. At least 0.",
     )
     zoekt_node_restart_delay_seconds = models.IntegerField(
         "Default allowed delay of a node restart (seconds)",

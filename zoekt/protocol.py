@@ -180,31 +180,12 @@ def _claim(
 
 # --- admission control (zoekt.admission, docs/scheduling.md) ---------------------------------
 
-# A task's priority class (``zoekt.admission.Priority``) and its index bytes, from its
-# repository, index, live moves and project statistics: shared by the hand-out and the
-# figures the fleet page and the metrics show.
-_PRIORITY_SQL = """
-CASE
-    WHEN t.task_type = 50 THEN 0
-    WHEN r.zoekt_index_id IN (
-        SELECT replacement_index_id FROM zoekt_moves
-        WHERE state IN ('planned', 'building', 'ready_to_swap', 'swapping')
-          AND replacement_index_id IS NOT NULL
-    ) THEN 1
-    WHEN r.indexed_at IS NOT NULL AND i.state <> 10 THEN 2
-    WHEN r.indexed_at IS NULL THEN 3
-    ELSE 4
-END"""
-_INDEX_BYTES_SQL = "COALESCE(NULLIF(r.size_bytes, 0), s.repository_size, 0)"
-_TASK_JOINS_SQL = """
-FROM zoekt_tasks t
-LEFT JOIN zoekt_repositories r ON r.id = t.zoekt_repository_id
-LEFT JOIN zoekt_indices i ON i.id = r.zoekt_index_id
-LEFT JOIN project_statistics s ON s.project_id = r.project_id"""
-
-_ADMISSION_SQL = f"""
+# The node's tasks in flight, then the head of its admission queue (pending and due, by
+# priority, turn and queue order: ``zoekt_tasks_queue_head``), each read up to the window, so
+# a hand-out reads a bounded number of rows however long the node's backlog.
+_ADMISSION_SQL = """
 SELECT t.id, t.zoekt_repository_id, t.project_identifier, t.task_type, t.state, t.perform_at,
-       t.repository_state, t.project_id, t.index_bytes, t.priority, t.namespace_id, b.backlog
+       r.state, r.project_id, t.index_bytes, t.priority, t.namespace_id, t.turn, b.backlog
 FROM (
     SELECT count(*) AS backlog FROM (
         SELECT 1 FROM zoekt_tasks WHERE zoekt_node_id = %(node_id)s AND state = 0
@@ -212,28 +193,30 @@ FROM (
     ) pending
 ) b
 LEFT JOIN LATERAL (
-    SELECT ranked.*, row_number() OVER (
-        PARTITION BY priority, namespace_id ORDER BY index_bytes DESC, perform_at, id
-    ) AS turn
-    FROM (
-        SELECT t.id, t.zoekt_repository_id, t.project_identifier, t.task_type, t.state,
-               t.perform_at, r.state AS repository_state, r.project_id,
-               {_INDEX_BYTES_SQL} AS index_bytes, {_PRIORITY_SQL} AS priority,
-               COALESCE(i.namespace_id, 0) AS namespace_id
-        {_TASK_JOINS_SQL}
-        WHERE t.zoekt_node_id = %(node_id)s AND t.state IN (0, 1) AND t.perform_at <= %(now)s
-          AND (NOT %(only_delete)s OR t.task_type = 50)
-    ) ranked
-    ORDER BY state <> 1, priority, turn, perform_at, id
-    LIMIT %(window)s
+    (
+        SELECT * FROM zoekt_tasks
+        WHERE zoekt_node_id = %(node_id)s AND state = 1 AND perform_at <= %(now)s
+          AND (NOT %(only_delete)s OR task_type = 50)
+        ORDER BY id
+        LIMIT %(window)s
+    )
+    UNION ALL
+    (
+        SELECT * FROM zoekt_tasks
+        WHERE zoekt_node_id = %(node_id)s AND state = 0 AND perform_at <= %(now)s
+          AND (NOT %(only_delete)s OR priority = 0)
+        ORDER BY priority, turn, perform_at, id
+        LIMIT %(window)s
+    )
 ) t ON true
+LEFT JOIN zoekt_repositories r ON r.id = t.zoekt_repository_id
 """
 
-_INDEXING_FIGURES_SQL = f"""
-SELECT t.zoekt_node_id, t.state, {_PRIORITY_SQL} AS priority, count(*),
-       COALESCE(sum(CASE WHEN t.task_type = 50 THEN 0 ELSE {_INDEX_BYTES_SQL} END), 0)
-{_TASK_JOINS_SQL}
-WHERE t.state IN (0, 1)
+_INDEXING_FIGURES_SQL = """
+SELECT zoekt_node_id, state, priority, count(*),
+       COALESCE(sum(CASE WHEN task_type = 50 THEN 0 ELSE index_bytes END), 0)
+FROM zoekt_tasks
+WHERE state IN (0, 1)
 GROUP BY 1, 2, 3
 """
 
@@ -286,9 +269,10 @@ def hand_out_admitted(
 ) -> tuple[HandOut, admission.Admission]:
     """Claim the node's tasks by admission control (``zoekt.admission``) in one query.
 
-    The database ranks a window of the node's work (in flight first, then by priority,
-    round robin between namespaces); ``admission.admit`` decides within the node's slots
-    and disk headroom. Invalid tasks are marked as in ``hand_out_tasks``.
+    The database reads the node's tasks in flight and the head of its queue (by priority,
+    then turn: round robin between namespaces, set when the tasks were queued);
+    ``admission.admit`` decides within the node's slots and disk headroom. Invalid tasks
+    are marked as in ``hand_out_tasks``.
     """
     now = now or clock.now()
     params = {
@@ -309,7 +293,7 @@ def hand_out_admitted(
         if row[0] is None:
             continue
         (task_id, repository_id, project_identifier, task_type, state, perform_at) = row[:6]
-        repository_state, project_id, index_bytes, priority, namespace_id = row[6:11]
+        repository_state, project_id, index_bytes, priority, namespace_id, turn = row[6:12]
         invalid = _invalid(task_type, repository_state, project_id)
         if invalid is not None:
             (orphaned if invalid == Task.State.ORPHANED else skipped).append(task_id)
@@ -334,11 +318,12 @@ def hand_out_admitted(
                 if deleting
                 else admission.temporary_bytes(index_bytes, temporary_space_factor),
                 in_flight=state == Task.State.PROCESSING,
+                turn=turn,
             )
         )
     decided = admission.admit(candidates, room)
     chosen = [tasks[task_id] for task_id in decided.admitted]
-    backlog = rows[0][11] if rows else 0
+    backlog = rows[0][12] if rows else 0
     return _claim(chosen, orphaned, skipped, backlog, now), decided
 
 

@@ -15,6 +15,7 @@ from api.authentication import encode_node_token
 from tests.factories import ProjectFactory, RepositoryFactory
 from zoekt import app_settings, clock
 from zoekt.models import Index, Node, Project, Repository, Task
+from zoekt.scheduling.task_creation import queue_for_admission
 
 GIB = 1024**3
 HOST = "127.0.0.1"
@@ -148,11 +149,16 @@ def make_task(
         "retries_left": retries_left,
     }
     fields["perform_at"] = perform_at if perform_at is not None else clock.now()
-    return Task.objects.create(**fields)
+    task = Task.objects.create(**fields)
+    queue_for_admission([task.id])
+    task.refresh_from_db()
+    return task
 
 
 def make_index_task(index: Index, **kwargs) -> Task:
-    repo_kwargs = {k: kwargs.pop(k) for k in ("project", "repository_size") if k in kwargs}
+    repo_kwargs = {
+        k: kwargs.pop(k) for k in ("project", "repository_size", "indexed_at") if k in kwargs
+    }
     return make_task(make_repository(index, **repo_kwargs), **kwargs)
 
 

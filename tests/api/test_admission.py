@@ -15,12 +15,14 @@ from tests.api.helpers import (
     GIB,
     heartbeat_body,
     make_index_task,
+    make_repository,
     process_metrics,
     set_app_setting,
 )
 from tests.factories import IndexFactory, ProjectFactory
 from zoekt import clock
 from zoekt.models import Index, Move, Repository, Task
+from zoekt.scheduling.task_creation import create_bulk_tasks
 
 pytestmark = pytest.mark.django_db
 
@@ -129,18 +131,15 @@ def test_deletes_go_out_whatever_the_headroom(node_api, node, index):
 
 
 def test_work_is_admitted_in_priority_order(node_api, node, now):
+    # Each task's priority is what its repository, index and the live moves say when it is
+    # queued.
     ready = IndexFactory(zoekt_node=node, state=Index.State.READY)
-    update = sized_task(ready, 0.01, task_type=Task.TaskType.FORCE_INDEX_REPO)
-    Repository.objects.filter(pk=update.zoekt_repository_id).update(indexed_at=now)
+    update = sized_task(ready, 0.01, task_type=Task.TaskType.FORCE_INDEX_REPO, indexed_at=now)
     fresh = IndexFactory(zoekt_node=node, state=Index.State.INITIALIZING)
     never_indexed = sized_task(fresh, 0.01)
     lost = IndexFactory(zoekt_node=node, state=Index.State.INITIALIZING)
-    lost_data = sized_task(lost, 0.01)
-    Repository.objects.filter(pk=lost_data.zoekt_repository_id).update(
-        indexed_at=now - timedelta(days=1)
-    )
+    lost_data = sized_task(lost, 0.01, indexed_at=now - timedelta(days=1))
     replacement = IndexFactory(zoekt_node=node, state=Index.State.INITIALIZING)
-    move_build = sized_task(replacement, 0.01)
     Move.objects.create(
         trigger="rebalance",
         state=Move.State.BUILDING,
@@ -151,6 +150,7 @@ def test_work_is_admitted_in_priority_order(node_api, node, now):
         target_node=node,
         replacement_index=replacement,
     )
+    move_build = sized_task(replacement, 0.01)
     delete = make_index_task(ready, task_type=Task.TaskType.DELETE_REPO)
     Task.objects.update(perform_at=clock.now() - timedelta(minutes=5))
 
@@ -172,8 +172,7 @@ def critical_memory_beat(node_api, node, *, rss_share: float) -> list[int]:
 def test_at_critical_memory_new_repositories_wait_and_rebuilds_go_on(node_api, node, now):
     set_app_setting(zoekt_node_memory_budget_bytes=GIB)
     ready = IndexFactory(zoekt_node=node, state=Index.State.READY)
-    rebuild = sized_task(ready, 0.01, task_type=Task.TaskType.FORCE_INDEX_REPO)
-    Repository.objects.filter(pk=rebuild.zoekt_repository_id).update(indexed_at=now)
+    rebuild = sized_task(ready, 0.01, task_type=Task.TaskType.FORCE_INDEX_REPO, indexed_at=now)
     fresh = IndexFactory(zoekt_node=node, state=Index.State.INITIALIZING)
     never_indexed = sized_task(fresh, 0.01)
     Task.objects.update(perform_at=clock.now() - timedelta(minutes=5))
@@ -218,14 +217,43 @@ def test_a_namespace_with_many_projects_does_not_starve_a_small_one(node_api, no
     ]
 
 
-def test_a_namespaces_largest_repository_is_built_first(node_api, node, index):
-    small, large, middle = (sized_task(index, gib) for gib in (0.1, 0.5, 0.3))
+def test_a_namespace_queued_later_joins_the_round_being_served(node_api, node, now):
+    big_tasks, _small_tasks = big_and_small(node, now)
+    finish(*big_tasks[:10], *_small_tasks)
+    late = IndexFactory(zoekt_node=node, state=Index.State.INITIALIZING)
+    late_tasks = [sized_task(late, 0.01) for _ in range(2)]
 
-    assert beat(node_api, node, concurrency=1) == [large.id]
-    finish(large)
-    assert beat(node_api, node, concurrency=1) == [middle.id]
-    finish(middle)
-    assert beat(node_api, node, concurrency=1) == [small.id]
+    # The big namespace is at its 11th task: the late one's first two go in the next
+    # rounds, not after the big namespace's remaining 30.
+    assert beat(node_api, node) == [
+        big_tasks[10].id,
+        late_tasks[0].id,
+        big_tasks[11].id,
+        late_tasks[1].id,
+    ]
+
+
+def test_a_namespaces_largest_repositories_queued_together_are_built_first(node_api, node, index):
+    small, large, middle = (
+        make_repository(index, repository_size=int(gib * GIB)) for gib in (0.1, 0.5, 0.3)
+    )
+    create_bulk_tasks(Repository.objects.filter(zoekt_index=index))
+    task_of = {t.zoekt_repository_id: t.id for t in Task.objects.all()}
+
+    assert beat(node_api, node, concurrency=1) == [task_of[large.id]]
+    Task.objects.filter(state=Task.State.PROCESSING).update(state=Task.State.DONE)
+    assert beat(node_api, node, concurrency=1) == [task_of[middle.id]]
+    Task.objects.filter(state=Task.State.PROCESSING).update(state=Task.State.DONE)
+    assert beat(node_api, node, concurrency=1) == [task_of[small.id]]
+
+
+def test_a_namespaces_tasks_queued_later_wait_for_its_earlier_ones(node_api, node, index):
+    first = sized_task(index, 0.1)
+    later_larger = sized_task(index, 0.5)
+
+    assert beat(node_api, node, concurrency=1) == [first.id]
+    finish(first)
+    assert beat(node_api, node, concurrency=1) == [later_larger.id]
 
 
 def test_gitlabs_mode_hands_out_the_oldest_tasks_first(node_api, node, now):

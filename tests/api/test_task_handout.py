@@ -59,6 +59,9 @@ def test_no_more_tasks_than_the_concurrency_limit_are_handed_out(node_api, node,
 
 
 def test_tasks_are_handed_out_oldest_perform_at_first_then_by_id(node_api, node, index, now):
+    # GitLab's hand-out; admission control serves a namespace's tasks in the order they
+    # were queued (tests/api/test_admission.py).
+    set_app_setting(zoekt_indexing_admission="gitlab")
     later = make_index_task(index, perform_at=now - timedelta(seconds=10))
     oldest_first = make_index_task(index, perform_at=now - timedelta(seconds=20))
     oldest_second = make_index_task(index, perform_at=now - timedelta(seconds=20))

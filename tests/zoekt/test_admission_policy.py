@@ -26,24 +26,85 @@ def task(task_id: int, *, priority=Priority.NEVER_INDEXED, namespace=1, gib=0.0,
     )
 
 
-def test_round_robin_between_namespaces_within_a_priority():
-    tasks = [task(i, namespace=1) for i in range(1, 5)] + [task(10, namespace=2)]
+def queued(task_id, *, namespace=1, gib=0.0, priority=Priority.NEVER_INDEXED, node=1):
+    return admission.Queued(task_id, node, priority, namespace, int(gib * GIB))
 
-    assert [c.task_id for c in admission.rank(tasks)] == [1, 10, 2, 3, 4]
+
+def served(turns: dict[int, int], queued_before: dict[int, int] | None = None) -> list[int]:
+    """Task ids in the order a hand-out serves one priority queue: by turn, then id."""
+    every = {**(queued_before or {}), **turns}
+    return sorted(every, key=lambda task_id: (every[task_id], task_id))
+
+
+def test_round_robin_between_namespaces_within_a_priority():
+    tasks = [queued(i, namespace=1) for i in range(1, 5)] + [queued(10, namespace=2)]
+
+    assert served(admission.queue_turns(tasks, {}, {})) == [1, 10, 2, 3, 4]
 
 
 def test_a_namespaces_largest_builds_go_first_and_its_turns_stay_fair():
     tasks = [
-        task(1, namespace=1, gib=1),
-        task(2, namespace=1, gib=8),
-        task(3, namespace=2, gib=2),
-        task(4, namespace=1, gib=1),
-        task(5, namespace=2, gib=5),
+        queued(1, namespace=1, gib=1),
+        queued(2, namespace=1, gib=8),
+        queued(3, namespace=2, gib=2),
+        queued(4, namespace=1, gib=1),
+        queued(5, namespace=2, gib=5),
     ]
 
-    # Namespace 1's 8 GiB, then namespace 2's 5 GiB (first turns, in queue order between
-    # namespaces), then each namespace's next largest; equal sizes keep queue order.
-    assert [c.task_id for c in admission.rank(tasks)] == [2, 5, 1, 3, 4]
+    # Namespace 1's 8 GiB and namespace 2's 5 GiB in the first round, then each
+    # namespace's next largest; equal sizes go by task id.
+    assert served(admission.queue_turns(tasks, {}, {})) == [2, 5, 1, 3, 4]
+
+
+def test_a_namespace_with_tasks_queued_appends_and_a_new_one_joins_the_round_served():
+    # The node's queue serves round 7; namespace 1 has turns 7 to 9 pending.
+    pending = {101: 7, 102: 8, 103: 9}
+    heads = {(1, Priority.NEVER_INDEXED): 7}
+    lasts = {(1, Priority.NEVER_INDEXED, 1): 9}
+    turns = admission.queue_turns(
+        [queued(1, namespace=1), queued(2, namespace=2), queued(3, namespace=2)], heads, lasts
+    )
+
+    assert turns == {1: 10, 2: 7, 3: 8}
+    assert served(turns, pending) == [2, 101, 3, 102, 103, 1]
+
+
+def test_queues_are_per_node_and_priority():
+    tasks = [
+        queued(1, node=1),
+        queued(2, node=2),
+        queued(3, node=1, priority=Priority.UPDATE),
+    ]
+    heads = {(1, Priority.NEVER_INDEXED): 4, (1, Priority.UPDATE): 9}
+
+    assert admission.queue_turns(tasks, heads, {}) == {1: 4, 2: 0, 3: 9}
+
+
+def test_rank_takes_in_flight_then_priority_then_turn():
+    tasks = [task(1, turn=2), task(2, turn=1), task(3, priority=Priority.MOVE, turn=5)]
+
+    assert [c.task_id for c in admission.rank(tasks)] == [3, 2, 1]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 6), st.integers(0, 10)), min_size=1, max_size=60))
+def test_no_namespace_is_served_twice_before_every_namespace_once(sizes):
+    tasks = [queued(i, namespace=ns, gib=gib) for i, (ns, gib) in enumerate(sizes, 1)]
+    order = served(admission.queue_turns(tasks, {}, {}))
+    namespace_of = {t.task_id: t.namespace_id for t in tasks}
+    bytes_of = {t.task_id: t.index_bytes for t in tasks}
+    seen: dict[int, int] = {}
+    for task_id in order:
+        namespace = namespace_of[task_id]
+        seen[namespace] = seen.get(namespace, 0) + 1
+        # The n-th task of a namespace goes once every namespace with n tasks had n - 1.
+        for other, count in seen.items():
+            total = sum(1 for t in tasks if t.namespace_id == other)
+            assert count >= min(total, seen[namespace] - 1)
+    # Within a namespace, largest first.
+    for namespace in set(namespace_of.values()):
+        sizes_served = [bytes_of[t] for t in order if namespace_of[t] == namespace]
+        assert sizes_served == sorted(sizes_served, reverse=True)
 
 
 def test_in_flight_first_then_priority():

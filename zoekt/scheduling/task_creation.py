@@ -7,7 +7,7 @@ from datetime import datetime
 from django.db import connection, transaction
 from django.db.models import Exists, OuterRef, QuerySet
 
-from zoekt import clock, transitions
+from zoekt import admission, clock, transitions
 from zoekt.models import Repository, Task
 
 _INSERT_TASKS_SQL = """
@@ -20,8 +20,101 @@ SELECT t.repository_id, t.node_id, t.project_identifier, %(task_type)s, 0,
 FROM unnest(%(repositories)s::bigint[], %(nodes)s::bigint[], %(projects)s::bigint[])
      AS t(repository_id, node_id, project_identifier)
 ON CONFLICT DO NOTHING
-RETURNING zoekt_repository_id
+RETURNING id, zoekt_repository_id
 """
+
+# What a task's place in its node's admission queue depends on (``zoekt.admission``): its
+# priority, from its repository, index and the live moves; its index's root namespace; its
+# index bytes, the repository's or, before its first build, the project's repository size.
+_QUEUED_SQL = """
+SELECT t.id, t.zoekt_node_id,
+       CASE
+           WHEN t.task_type = 50 THEN 0
+           WHEN r.zoekt_index_id IN (
+               SELECT replacement_index_id FROM zoekt_moves
+               WHERE state IN ('planned', 'building', 'ready_to_swap', 'swapping')
+                 AND replacement_index_id IS NOT NULL
+           ) THEN 1
+           WHEN r.indexed_at IS NOT NULL AND i.state <> 10 THEN 2
+           WHEN r.indexed_at IS NULL THEN 3
+           ELSE 4
+       END,
+       COALESCE(i.namespace_id, 0),
+       COALESCE(NULLIF(r.size_bytes, 0), s.repository_size, 0)
+FROM zoekt_tasks t
+LEFT JOIN zoekt_repositories r ON r.id = t.zoekt_repository_id
+LEFT JOIN zoekt_indices i ON i.id = r.zoekt_index_id
+LEFT JOIN project_statistics s ON s.project_id = r.project_id
+WHERE t.id = ANY(%(ids)s)
+"""
+
+# The round each queue is serving (its lowest pending turn) and each namespace's last
+# pending turn in it, tasks being queued left out: two index probes per namespace.
+_QUEUE_ENDS_SQL = """
+SELECT g.node_id, g.priority, g.namespace_id,
+       (SELECT min(o.turn) FROM zoekt_tasks o
+        WHERE o.state = 0 AND o.zoekt_node_id = g.node_id AND o.priority = g.priority
+          AND o.id <> ALL(%(ids)s)),
+       (SELECT max(o.turn) FROM zoekt_tasks o
+        WHERE o.state = 0 AND o.zoekt_node_id = g.node_id AND o.priority = g.priority
+          AND o.namespace_id = g.namespace_id AND o.id <> ALL(%(ids)s))
+FROM unnest(%(nodes)s::bigint[], %(priorities)s::smallint[], %(namespaces)s::bigint[])
+     AS g(node_id, priority, namespace_id)
+"""
+
+_SET_QUEUE_PLACES_SQL = """
+UPDATE zoekt_tasks t
+SET priority = v.priority, namespace_id = v.namespace_id, index_bytes = v.index_bytes,
+    turn = v.turn
+FROM unnest(%(ids)s::bigint[], %(priorities)s::smallint[], %(namespaces)s::bigint[],
+            %(index_bytes)s::bigint[], %(turns)s::bigint[])
+     AS v(id, priority, namespace_id, index_bytes, turn)
+WHERE t.id = v.id
+"""
+
+
+def queue_for_admission(task_ids: list[int]) -> None:
+    """Give new tasks their place in their nodes' admission queues (``admission.queue_turns``).
+
+    Run in the transaction that creates them, so a hand-out never sees a task without
+    its place. Three statements, whatever the number of tasks.
+    """
+    if not task_ids:
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(_QUEUED_SQL, {"ids": task_ids})
+        queued = [
+            admission.Queued(task_id, node_id, admission.Priority(priority), namespace, size)
+            for task_id, node_id, priority, namespace, size in cursor.fetchall()
+        ]
+        groups = sorted({(q.node_id, int(q.priority), q.namespace_id) for q in queued})
+        cursor.execute(
+            _QUEUE_ENDS_SQL,
+            {
+                "ids": task_ids,
+                "nodes": [g[0] for g in groups],
+                "priorities": [g[1] for g in groups],
+                "namespaces": [g[2] for g in groups],
+            },
+        )
+        heads: dict[admission.QueueKey, int] = {}
+        lasts: dict[tuple[int, admission.Priority, int], int] = {}
+        for node_id, priority, namespace_id, head, last in cursor.fetchall():
+            if head is not None:
+                heads[(node_id, admission.Priority(priority))] = head
+            if last is not None:
+                lasts[(node_id, admission.Priority(priority), namespace_id)] = last
+        turns = admission.queue_turns(queued, heads, lasts)
+        cursor.execute(
+            _SET_QUEUE_PLACES_SQL,
+            {
+                "ids": [q.task_id for q in queued],
+                "priorities": [int(q.priority) for q in queued],
+                "namespaces": [q.namespace_id for q in queued],
+                "index_bytes": [q.index_bytes for q in queued],
+                "turns": [turns[q.task_id] for q in queued],
+            },
+        )
 
 
 def create_bulk_tasks(
@@ -71,7 +164,9 @@ def create_bulk_tasks(
                     "now": now,
                 },
             )
-            ids = [repo_id for (repo_id,) in cursor.fetchall()]
+            inserted = cursor.fetchall()
+        queue_for_admission([task_id for task_id, _repo_id in inserted])
+        ids = [repo_id for _task_id, repo_id in inserted]
         if task_type == Task.TaskType.DELETE_REPO:
             transitions.mark_repositories_deleted(Repository.objects.filter(id__in=ids), now=now)
         else:
