@@ -15,7 +15,7 @@ from api.authentication import encode_node_token
 from tests.factories import ProjectFactory, RepositoryFactory
 from zoekt import app_settings, clock
 from zoekt.models import Index, Node, Project, Repository, Task
-from zoekt.scheduling.task_creation import queue_for_admission
+from zoekt.scheduling.task_creation import BEING_QUEUED, queue_for_admission
 
 GIB = 1024**3
 HOST = "127.0.0.1"
@@ -147,6 +147,7 @@ def make_task(
         "task_type": task_type,
         "state": state,
         "retries_left": retries_left,
+        "priority": BEING_QUEUED,
     }
     fields["perform_at"] = perform_at if perform_at is not None else clock.now()
     task = Task.objects.create(**fields)

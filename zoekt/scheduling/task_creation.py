@@ -13,10 +13,10 @@ from zoekt.models import Repository, Task
 _INSERT_TASKS_SQL = """
 INSERT INTO zoekt_tasks (
     zoekt_repository_id, zoekt_node_id, project_identifier, task_type, state,
-    perform_at, retries_left, created_at, updated_at
+    perform_at, retries_left, created_at, updated_at, priority
 )
 SELECT t.repository_id, t.node_id, t.project_identifier, %(task_type)s, 0,
-       %(perform_at)s, %(retries_left)s, %(now)s, %(now)s
+       %(perform_at)s, %(retries_left)s, %(now)s, %(now)s, %(being_queued)s
 FROM unnest(%(repositories)s::bigint[], %(nodes)s::bigint[], %(projects)s::bigint[])
      AS t(repository_id, node_id, project_identifier)
 ON CONFLICT DO NOTHING
@@ -48,16 +48,19 @@ LEFT JOIN project_statistics s ON s.project_id = r.project_id
 WHERE t.id = ANY(%(ids)s)
 """
 
+#: The priority of a task inserted and not yet given its place: outside every queue.
+BEING_QUEUED = -1
+
 # The round each queue is serving (its lowest pending turn) and each namespace's last
-# pending turn in it, tasks being queued left out: two index probes per namespace.
+# pending turn in it: two index probes per namespace (the tasks being queued are in no
+# queue yet).
 _QUEUE_ENDS_SQL = """
 SELECT g.node_id, g.priority, g.namespace_id,
        (SELECT min(o.turn) FROM zoekt_tasks o
-        WHERE o.state = 0 AND o.zoekt_node_id = g.node_id AND o.priority = g.priority
-          AND o.id <> ALL(%(ids)s)),
+        WHERE o.state = 0 AND o.zoekt_node_id = g.node_id AND o.priority = g.priority),
        (SELECT max(o.turn) FROM zoekt_tasks o
         WHERE o.state = 0 AND o.zoekt_node_id = g.node_id AND o.priority = g.priority
-          AND o.namespace_id = g.namespace_id AND o.id <> ALL(%(ids)s))
+          AND o.namespace_id = g.namespace_id)
 FROM unnest(%(nodes)s::bigint[], %(priorities)s::smallint[], %(namespaces)s::bigint[])
      AS g(node_id, priority, namespace_id)
 """
@@ -76,8 +79,9 @@ WHERE t.id = v.id
 def queue_for_admission(task_ids: list[int]) -> None:
     """Give new tasks their place in their nodes' admission queues (``admission.queue_turns``).
 
-    Run in the transaction that creates them, so a hand-out never sees a task without
-    its place. Three statements, whatever the number of tasks.
+    The tasks are inserted with the priority ``BEING_QUEUED``, and this runs in the
+    transaction that inserts them, so a hand-out never sees a task without its place.
+    Three statements, whatever the number of tasks.
     """
     if not task_ids:
         return
@@ -91,7 +95,6 @@ def queue_for_admission(task_ids: list[int]) -> None:
         cursor.execute(
             _QUEUE_ENDS_SQL,
             {
-                "ids": task_ids,
                 "nodes": [g[0] for g in groups],
                 "priorities": [g[1] for g in groups],
                 "namespaces": [g[2] for g in groups],
@@ -162,6 +165,7 @@ def create_bulk_tasks(
                     "perform_at": perform_at,
                     "retries_left": Task.MODEL_DEFAULT_RETRIES_LEFT,
                     "now": now,
+                    "being_queued": BEING_QUEUED,
                 },
             )
             inserted = cursor.fetchall()
