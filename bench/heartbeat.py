@@ -212,6 +212,7 @@ def _open_worker(args) -> dict:
     sessions = threading.local()
 
     def send(node_uuid: str, index: int, scheduled: float) -> None:
+        lag = time.time() - scheduled
         session = getattr(sessions, "session", None)
         if session is None:
             session = sessions.session = requests.Session()
@@ -228,7 +229,7 @@ def _open_worker(args) -> dict:
             ok = False
         latency = time.time() - scheduled
         with lock:
-            latencies.append(latency)
+            latencies.append((scheduled - start_at, latency, lag))
             if not ok:
                 errors[0] += 1
 
@@ -257,7 +258,9 @@ def open_loop(base, secret, uuids, interval, seconds, processes) -> dict:
     ]
     with mp.get_context("spawn").Pool(processes) as pool:
         results = pool.map(_open_worker, jobs)
-    latencies = [x for r in results for x in r["latencies"]]
+    timed = [x for r in results for x in r["latencies"]]
+    latencies = [latency for _at, latency, _lag in timed]
+    lags = [lag for _at, _latency, lag in timed]
     return {
         "nodes": count,
         "interval_seconds": interval,
@@ -269,7 +272,35 @@ def open_loop(base, secret, uuids, interval, seconds, processes) -> dict:
         "p50_ms": percentile(latencies, 50) * 1000,
         "p99_ms": percentile(latencies, 99) * 1000,
         "max_ms": max(latencies) * 1000 if latencies else float("nan"),
+        # How late the client itself started a request (no thread free, or no CPU): part of
+        # the latency that is the load generator's, on a machine it shares with the server.
+        "client_lag_p99_ms": percentile(lags, 99) * 1000,
+        "windows": latency_windows(
+            [(at, latency) for at, latency, _lag in timed], OPEN_WINDOW_SECONDS
+        ),
     }
+
+
+#: The open loop's latency is also given per window of scheduled time, so steady queueing
+#: (every window alike) and a stall (one window) can be told apart.
+OPEN_WINDOW_SECONDS = 10
+
+
+def latency_windows(timed: list[tuple[float, float]], width: float) -> list[dict]:
+    """Per ``width`` seconds of scheduled time: requests, p50, p99, and the share over 100 ms."""
+    buckets: dict[int, list[float]] = {}
+    for at, latency in timed:
+        buckets.setdefault(int(at // width), []).append(latency)
+    return [
+        {
+            "from_s": key * width,
+            "requests": len(values),
+            "p50_ms": percentile(values, 50) * 1000,
+            "p99_ms": percentile(values, 99) * 1000,
+            "over_100ms": sum(1 for v in values if v > 0.1) / len(values),
+        }
+        for key, values in sorted(buckets.items())
+    ]
 
 
 # ----------------------------------------------------------------------------
@@ -471,7 +502,12 @@ def main() -> int:
             f"\nopen loop: {o['nodes']} nodes every {o['interval_seconds']:g} s "
             f"({o['target_rps']:.0f} req/s) for {o['seconds']:.0f} s: {o['requests']} requests "
             f"of {o['scheduled']} scheduled, {o['errors']} errors, p50 {o['p50_ms']:.1f} ms, "
-            f"p99 {o['p99_ms']:.1f} ms, max {o['max_ms']:.1f} ms"
+            f"p99 {o['p99_ms']:.1f} ms, max {o['max_ms']:.1f} ms; the clients' own lag "
+            f"before sending, p99 {o['client_lag_p99_ms']:.1f} ms"
+        )
+        print(
+            f"per {OPEN_WINDOW_SECONDS} s, p99 ms (share over 100 ms): "
+            + ", ".join(f"{w['p99_ms']:.0f} ({w['over_100ms']:.0%})" for w in o["windows"])
         )
     if args.json:
         args.json.write_text(json.dumps(results, indent=2, default=str))

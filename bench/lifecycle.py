@@ -161,6 +161,35 @@ def worker_argv(concurrency: int, queue: str) -> list[str]:
     ]
 
 
+def cpu_seconds(procs: dict[str, subprocess.Popen]) -> dict[str, float]:
+    """CPU seconds (user and system) used so far by each part of the stack: the processes
+    the benchmark started, with their children, PostgreSQL's and Redis's processes, and
+    the benchmark itself (the operator and beat)."""
+    import psutil
+
+    def used(process: psutil.Process) -> float:
+        try:
+            times = process.cpu_times()
+        except psutil.Error:
+            return 0.0
+        return times.user + times.system
+
+    def tree(pid: int) -> list[psutil.Process]:
+        try:
+            root = psutil.Process(pid)
+            return [root, *root.children(recursive=True)]
+        except psutil.Error:
+            return []
+
+    seconds = {label: sum(used(p) for p in tree(proc.pid)) for label, proc in procs.items()}
+    for label, names in (("postgres", ("postgres",)), ("redis", ("redis-server",))):
+        seconds[label] = sum(
+            used(p) for p in psutil.process_iter(["name"]) if p.info["name"] in names
+        )
+    seconds["bench"] = used(psutil.Process())
+    return seconds
+
+
 def stop(proc: subprocess.Popen | None) -> None:
     if proc is None or proc.poll() is not None:
         return
@@ -239,6 +268,13 @@ def compare(args: argparse.Namespace) -> int:
             f"| {phases.get('indexed', 0):.1f} s | {r['tasks_done']:,} "
             f"| {r['tasks_per_second']:.0f} | {r['ticks']} |"
         )
+    print()
+    labels = sorted({k for r in runs.values() for k in r.get("cpu_seconds", {})})
+    print("| hand-out | " + " | ".join(f"CPU s: {k}" for k in labels) + " |")
+    print("|---|" + "---:|" * len(labels))
+    for mode, r in runs.items():
+        cpu = r.get("cpu_seconds", {})
+        print(f"| {mode} | " + " | ".join(f"{cpu.get(k, 0):.0f}" for k in labels) + " |")
     if {"gitlab", "admission"} <= runs.keys():
         ratio = runs["gitlab"]["wall_seconds"] / runs["admission"]["wall_seconds"]
         print(f"\nenable → all ready, GitLab's rule ÷ admission control: {ratio:.2f}×")
@@ -366,6 +402,7 @@ def run_mode(args: argparse.Namespace) -> int:
             )
             reply.raise_for_status()
 
+        cpu_at_start = cpu_seconds(procs)
         with ThreadPoolExecutor(max_workers=4) as pool:
             list(pool.map(enable, roots))
         phases = {"enabled": time.perf_counter() - t0}
@@ -413,6 +450,8 @@ def run_mode(args: argparse.Namespace) -> int:
             time.sleep(0.05)
         if done_at is None:
             raise RuntimeError(f"not all ready after {args.timeout:.0f} s (see {workdir})")
+        cpu_at_end = cpu_seconds(procs)
+        cpu = {k: cpu_at_end.get(k, 0.0) - cpu_at_start.get(k, 0.0) for k in cpu_at_end}
 
         done = Task.objects.filter(state=Task.State.DONE)
         tasks_done = done.count()
@@ -438,6 +477,7 @@ def run_mode(args: argparse.Namespace) -> int:
                 "indexing_span_seconds": span_seconds,
                 "tasks_per_second_indexing_span": tasks_done / span_seconds if span_seconds else 0,
                 "job_runs": jobs,
+                "cpu_seconds": cpu,
             }
         )
         print(
@@ -452,6 +492,10 @@ def run_mode(args: argparse.Namespace) -> int:
             + json.dumps({k: round(v, 1) for k, v in phases.items()})
         )
         print("job runs logged by the worker: " + json.dumps(jobs))
+        print(
+            "CPU seconds from enable to all ready: "
+            + json.dumps({k: round(v) for k, v in cpu.items()})
+        )
     finally:
         session.close()
         for label in ("nodes", "worker", "gunicorn"):

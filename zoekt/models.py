@@ -667,41 +667,13 @@ class Index(ClockStampedModel):
     ) -> None:
         """Refresh used bytes, resize the reservation and store the level (reference 4.3).
 
-        Counting takes the index's used-bytes lock first (``zoekt.locks``), so a
-        callback committing meanwhile is either in the sum or marks the index
-        stale again after it (``actions._mark_index_stale``).
+        ``refresh_storage_of`` with this one index; its fields are read back.
         """
-        from django.db import transaction
-
-        from zoekt import locks
-
-        with transaction.atomic():
-            # Lock the node row: two indices of one node must not claim the same bytes.
-            node = Node.objects.select_for_update().get(pk=self.zoekt_node_id)
-            if not skip_used_storage_bytes:
-                locks.index_used_bytes_lock(self.pk, shared=False)
-            index = Index.objects.select_for_update().get(pk=self.pk)
-            if not skip_used_storage_bytes:
-                used = index.repositories.aggregate(total=models.Sum("size_bytes"))["total"] or 0
-                index.used_storage_bytes = used or capacity.DEFAULT_USED_STORAGE_BYTES
-                index.used_storage_bytes_updated_at = clock.now()
-            unclaimed = Node.objects.with_unclaimed_storage_bytes().get(pk=node.pk)
-            index.reserved_storage_bytes = capacity.resized_reservation(
-                index.used_storage_bytes,
-                index.reserved_storage_bytes,
-                unclaimed.annotated_unclaimed_storage_bytes,
-                index_is_ready=index.state == Index.State.READY,
-            )
-            index.watermark_level = index.computed_watermark_level()
-            index.save(
-                update_fields=[
-                    "used_storage_bytes",
-                    "used_storage_bytes_updated_at",
-                    "reserved_storage_bytes",
-                    "watermark_level",
-                    "updated_at",
-                ]
-            )
+        if not Index.refresh_storage_of(
+            self.zoekt_node_id, [self.pk], skip_used_storage_bytes=skip_used_storage_bytes
+        ):
+            raise Index.DoesNotExist(f"index {self.pk} is gone")
+        fresh = Index.objects.get(pk=self.pk)
         for field in (
             "used_storage_bytes",
             "used_storage_bytes_updated_at",
@@ -709,7 +681,83 @@ class Index(ClockStampedModel):
             "watermark_level",
             "updated_at",
         ):
-            setattr(self, field, getattr(index, field))
+            setattr(self, field, getattr(fresh, field))
+
+    @staticmethod
+    def refresh_storage_of(
+        node_id: int, index_ids: list[int], *, skip_used_storage_bytes: bool = False
+    ) -> int:
+        """Refresh the used bytes, reservation and level of some indices of one node, in one
+        transaction (reference 4.3); returns how many were refreshed (gone ones are not).
+
+        The node row is locked, so two refreshes never claim the same unclaimed bytes.
+        Counting takes each index's used-bytes lock first (``zoekt.locks``, in id order), so a
+        callback committing meanwhile is either in the sum or marks the index stale again
+        after it (``actions._mark_index_stale``). The indices are resized one after the other
+        in id order, each against what the node has left unclaimed after the ones before it,
+        as a refresh of each alone would; the used bytes of all of them are summed in one
+        query and written in one update.
+        """
+        from django.db import transaction
+
+        from zoekt import locks
+
+        index_ids = sorted(set(index_ids))
+        with transaction.atomic():
+            node = Node.objects.select_for_update().filter(pk=node_id).first()
+            if node is None or not index_ids:
+                return 0
+            if not skip_used_storage_bytes:
+                for index_id in index_ids:
+                    locks.index_used_bytes_lock(index_id, shared=False)
+            indices = list(
+                Index.objects.select_for_update()
+                .filter(pk__in=index_ids, zoekt_node_id=node_id)
+                .order_by("id")
+            )
+            if not indices:
+                return 0
+            now = clock.now()
+            if not skip_used_storage_bytes:
+                used = dict(
+                    Repository.objects.filter(zoekt_index_id__in=[i.pk for i in indices])
+                    .order_by()
+                    .values("zoekt_index_id")
+                    .annotate(total=models.Sum("size_bytes"))
+                    .values_list("zoekt_index_id", "total")
+                )
+            unclaimed = (
+                Node.objects.with_unclaimed_storage_bytes()
+                .get(pk=node.pk)
+                .annotated_unclaimed_storage_bytes
+            )
+            for index in indices:
+                if not skip_used_storage_bytes:
+                    index.used_storage_bytes = (
+                        used.get(index.pk) or capacity.DEFAULT_USED_STORAGE_BYTES
+                    )
+                    index.used_storage_bytes_updated_at = now
+                before = index.reserved_storage_bytes or 0
+                index.reserved_storage_bytes = capacity.resized_reservation(
+                    index.used_storage_bytes,
+                    index.reserved_storage_bytes,
+                    unclaimed,
+                    index_is_ready=index.state == Index.State.READY,
+                )
+                unclaimed -= index.reserved_storage_bytes - before
+                index.watermark_level = index.computed_watermark_level()
+                index.updated_at = now
+            Index.objects.bulk_update(
+                indices,
+                [
+                    "used_storage_bytes",
+                    "used_storage_bytes_updated_at",
+                    "reserved_storage_bytes",
+                    "watermark_level",
+                    "updated_at",
+                ],
+            )
+        return len(indices)
 
 
 class Repository(ClockStampedModel):

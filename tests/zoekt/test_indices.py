@@ -157,6 +157,38 @@ def test_a_growing_index_claims_its_ideal_reservation_when_the_node_has_room(now
     assert (index.reserved_storage_bytes, index.watermark_level) == (1_000, Level.HEALTHY)
 
 
+def test_indices_refreshed_together_claim_in_id_order_as_one_by_one(now):
+    def fleet() -> list[Index]:
+        node = node_with_usable_storage(2_000)
+        return [
+            index_with_repositories(size, reserved_storage_bytes=100, zoekt_node=node)
+            for size in (600, 600, 600)
+        ]
+
+    together = fleet()
+    assert Index.refresh_storage_of(together[0].zoekt_node_id, [i.id for i in together]) == 3
+    alone = fleet()
+    for index in alone:
+        index.update_storage_bytes_and_watermark_level()
+
+    def claims(indices: list[Index]) -> list[int]:
+        return [Index.objects.get(pk=i.pk).reserved_storage_bytes for i in indices]
+
+    # 1,700 unclaimed: the first reaches its ideal 1,000 (900 claimed), the second gets the
+    # 800 left (900), the third nothing more, as when each is refreshed alone.
+    assert claims(together) == claims(alone) == [1_000, 900, 100]
+    assert {Index.objects.get(pk=i.pk).used_storage_bytes for i in together} == {600}
+
+
+def test_a_refresh_of_an_index_not_on_the_node_named_changes_nothing(now):
+    index = index_with_repositories(600, reserved_storage_bytes=500)
+    other = node_with_usable_storage(100 * GIB)
+
+    assert Index.refresh_storage_of(other.id, [index.id]) == 0
+    index.refresh_from_db()
+    assert index.used_storage_bytes != 600
+
+
 def test_a_growing_index_claims_no_more_than_the_node_has_unclaimed(now):
     node = node_with_usable_storage(1_000)
     IndexFactory(zoekt_node=node, reserved_storage_bytes=300)  # a neighbour: 200 left unclaimed

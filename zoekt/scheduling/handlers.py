@@ -378,8 +378,8 @@ def delete_indices() -> Result:
 def update_index_used_storage_bytes() -> Result:
     """Refresh up to 1,000 stale indices, oldest refresh first (reference 4.3).
 
-    Each index is its own short transaction (it locks its node row while it
-    claims bytes), so a heartbeat of that node waits for one index at most.
+    The indices of one node are refreshed together, up to ``REFRESH_PER_TRANSACTION`` in
+    one short transaction (it locks the node row while it claims bytes).
     """
     ids = list(
         Index.objects.with_stale_used_storage_bytes_updated_at()
@@ -408,16 +408,26 @@ def shrink_overprovisioned_indices() -> Result:
     return {"indices_resized": refreshed, "re_emit": bool(remaining)}
 
 
+#: Indices of one node refreshed in one transaction (it holds the node row meanwhile).
+REFRESH_PER_TRANSACTION = 50
+
+
 def _refresh(ids: list[int], *, skip_used_storage_bytes: bool) -> int:
+    """Refresh the indices node by node, up to ``REFRESH_PER_TRANSACTION`` at a time, so a
+    heartbeat of a node waits for one short transaction at most."""
+    by_node: dict[int, list[int]] = {}
+    for index_id, node_id in (
+        Index.objects.filter(id__in=ids).order_by("id").values_list("id", "zoekt_node_id")
+    ):
+        by_node.setdefault(node_id, []).append(index_id)
     refreshed = 0
-    for index in Index.objects.filter(id__in=ids).order_by("id"):
-        try:
-            index.update_storage_bytes_and_watermark_level(
-                skip_used_storage_bytes=skip_used_storage_bytes
+    for node_id, index_ids in sorted(by_node.items()):
+        for first in range(0, len(index_ids), REFRESH_PER_TRANSACTION):
+            refreshed += Index.refresh_storage_of(
+                node_id,
+                index_ids[first : first + REFRESH_PER_TRANSACTION],
+                skip_used_storage_bytes=skip_used_storage_bytes,
             )
-        except Index.DoesNotExist:
-            continue  # deleted meanwhile
-        refreshed += 1
     return refreshed
 
 
