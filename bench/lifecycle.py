@@ -181,10 +181,20 @@ def cpu_seconds(procs: dict[str, subprocess.Popen]) -> dict[str, float]:
         except psutil.Error:
             return []
 
+    def reaped(process: psutil.Process) -> float:
+        """What the process's children that have exited used (PostgreSQL's backends)."""
+        try:
+            times = process.cpu_times()
+        except psutil.Error:
+            return 0.0
+        return times.children_user + times.children_system
+
     seconds = {label: sum(used(p) for p in tree(proc.pid)) for label, proc in procs.items()}
-    for label, names in (("postgres", ("postgres",)), ("redis", ("redis-server",))):
-        seconds[label] = sum(
-            used(p) for p in psutil.process_iter(["name"]) if p.info["name"] in names
+    for label, name in (("postgres", "postgres"), ("redis", "redis-server")):
+        group = [p for p in psutil.process_iter(["name", "ppid"]) if p.info["name"] == name]
+        pids = {p.pid for p in group}
+        seconds[label] = sum(used(p) for p in group) + sum(
+            reaped(p) for p in group if p.info["ppid"] not in pids
         )
     seconds["bench"] = used(psutil.Process())
     return seconds
