@@ -51,7 +51,8 @@ GIB = 1024**3
 SLOTS = 8
 
 # Admission control's query before 2026-12-06, giving the columns of today's
-# (``protocol._ADMISSION_SQL``): the rank within the namespace stands for the turn.
+# (``protocol._ADMISSION_SQL``): the rank within the namespace stands for the turn. Built
+# once Django is set up, from the expressions a task's place in its queue is computed from.
 RANKED_SQL = """
 SELECT t.id, t.zoekt_repository_id, t.project_identifier, t.task_type, t.state, t.perform_at,
        t.repository_state, t.project_id, t.index_bytes, t.priority, t.namespace_id, t.turn,
@@ -69,23 +70,10 @@ LEFT JOIN LATERAL (
     FROM (
         SELECT t.id, t.zoekt_repository_id, t.project_identifier, t.task_type, t.state,
                t.perform_at, r.state AS repository_state, r.project_id,
-               COALESCE(NULLIF(r.size_bytes, 0), s.repository_size, 0) AS index_bytes,
-               CASE
-                   WHEN t.task_type = 50 THEN 0
-                   WHEN r.zoekt_index_id IN (
-                       SELECT replacement_index_id FROM zoekt_moves
-                       WHERE state IN ('planned', 'building', 'ready_to_swap', 'swapping')
-                         AND replacement_index_id IS NOT NULL
-                   ) THEN 1
-                   WHEN r.indexed_at IS NOT NULL AND i.state <> 10 THEN 2
-                   WHEN r.indexed_at IS NULL THEN 3
-                   ELSE 4
-               END AS priority,
+               {index_bytes} AS index_bytes,
+               {priority} AS priority,
                COALESCE(i.namespace_id, 0) AS namespace_id
-        FROM zoekt_tasks t
-        LEFT JOIN zoekt_repositories r ON r.id = t.zoekt_repository_id
-        LEFT JOIN zoekt_indices i ON i.id = r.zoekt_index_id
-        LEFT JOIN project_statistics s ON s.project_id = r.project_id
+        {queued_from}
         WHERE t.zoekt_node_id = %(node_id)s AND t.state IN (0, 1) AND t.perform_at <= %(now)s
           AND (NOT %(only_delete)s OR t.task_type = 50)
     ) ranked
@@ -93,6 +81,16 @@ LEFT JOIN LATERAL (
     LIMIT %(window)s
 ) t ON true
 """
+
+
+def ranked_sql() -> str:
+    from zoekt.scheduling import task_creation
+
+    return RANKED_SQL.format(
+        index_bytes=task_creation.INDEX_BYTES_SQL,
+        priority=task_creation.PRIORITY_SQL,
+        queued_from=task_creation.QUEUED_FROM_SQL,
+    )
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -153,8 +151,10 @@ def main() -> int:
             node_id, room, only_delete=False, temporary_space_factor=1.0
         )
 
+    former_sql = ranked_sql()
+
     def ranked():
-        with mock.patch.object(protocol, "_ADMISSION_SQL", RANKED_SQL):
+        with mock.patch.object(protocol, "_ADMISSION_SQL", former_sql):
             return admitted()
 
     modes = {

@@ -26,9 +26,7 @@ RETURNING id, zoekt_repository_id
 # What a task's place in its node's admission queue depends on (``zoekt.admission``): its
 # priority, from its repository, index and the live moves; its index's root namespace; its
 # index bytes, the repository's or, before its first build, the project's repository size.
-_QUEUED_SQL = """
-SELECT t.id, t.zoekt_node_id,
-       CASE
+PRIORITY_SQL = """CASE
            WHEN t.task_type = 50 THEN 0
            WHEN r.zoekt_index_id IN (
                SELECT replacement_index_id FROM zoekt_moves
@@ -38,13 +36,18 @@ SELECT t.id, t.zoekt_node_id,
            WHEN r.indexed_at IS NOT NULL AND i.state <> 10 THEN 2
            WHEN r.indexed_at IS NULL THEN 3
            ELSE 4
-       END,
-       COALESCE(i.namespace_id, 0),
-       COALESCE(NULLIF(r.size_bytes, 0), s.repository_size, 0)
-FROM zoekt_tasks t
+       END"""
+INDEX_BYTES_SQL = "COALESCE(NULLIF(r.size_bytes, 0), s.repository_size, 0)"
+QUEUED_FROM_SQL = """FROM zoekt_tasks t
 LEFT JOIN zoekt_repositories r ON r.id = t.zoekt_repository_id
 LEFT JOIN zoekt_indices i ON i.id = r.zoekt_index_id
-LEFT JOIN project_statistics s ON s.project_id = r.project_id
+LEFT JOIN project_statistics s ON s.project_id = r.project_id"""
+_QUEUED_SQL = f"""
+SELECT t.id, t.zoekt_node_id,
+       {PRIORITY_SQL},
+       COALESCE(i.namespace_id, 0),
+       {INDEX_BYTES_SQL}
+{QUEUED_FROM_SQL}
 WHERE t.id = ANY(%(ids)s)
 """
 
