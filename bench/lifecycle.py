@@ -167,12 +167,19 @@ def cpu_seconds(procs: dict[str, subprocess.Popen]) -> dict[str, float]:
     the benchmark itself (the operator and beat)."""
     import psutil
 
-    def used(process: psutil.Process) -> float:
+    def times(process: psutil.Process, *fields: str) -> float:
         try:
-            times = process.cpu_times()
+            measured = process.cpu_times()
         except psutil.Error:
             return 0.0
-        return times.user + times.system
+        return sum(getattr(measured, field) for field in fields)
+
+    def used(process: psutil.Process) -> float:
+        return times(process, "user", "system")
+
+    def reaped(process: psutil.Process) -> float:
+        """What the process's children that have exited used (PostgreSQL's backends)."""
+        return times(process, "children_user", "children_system")
 
     def tree(pid: int) -> list[psutil.Process]:
         try:
@@ -180,14 +187,6 @@ def cpu_seconds(procs: dict[str, subprocess.Popen]) -> dict[str, float]:
             return [root, *root.children(recursive=True)]
         except psutil.Error:
             return []
-
-    def reaped(process: psutil.Process) -> float:
-        """What the process's children that have exited used (PostgreSQL's backends)."""
-        try:
-            times = process.cpu_times()
-        except psutil.Error:
-            return 0.0
-        return times.children_user + times.children_system
 
     seconds = {label: sum(used(p) for p in tree(proc.pid)) for label, proc in procs.items()}
     for label, name in (("postgres", "postgres"), ("redis", "redis-server")):
